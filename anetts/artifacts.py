@@ -1,0 +1,101 @@
+"""Where build outputs live, and how they are written: one naming scheme for every consumer.
+
+Every path under artifacts/<model>/ is built here, so the Snakefile, the build steps and the
+runtime cannot disagree about names.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+ARTIFACTS = Path("artifacts")
+# Snakemake drops this file into directory outputs as its mtime carrier; it is not content.
+IGNORED_IN_TREE_HASH = {".snakemake_timestamp"}
+
+
+def model_dir(model: str, root: Path = ARTIFACTS) -> Path:
+    return Path(root) / model
+
+
+def weights_dir(model: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "weights"
+
+
+def export_base(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "export" / stage / bucket
+
+
+def package_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "packages" / stage / f"{bucket}.mlpackage"
+
+
+def package_report(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "packages" / stage / f"{bucket}.json"
+
+
+def manifest_path(model: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "manifest.json"
+
+
+def write_json(path: Path, data) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+
+
+def tree_sha256(path: Path) -> str:
+    """sha256 over a file, or over a directory's relative paths and file contents (sorted)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    if path.is_file():
+        files = [path]
+        base = path.parent
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in IGNORED_IN_TREE_HASH)
+        base = path
+    for f in files:
+        h.update(f.relative_to(base).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_outputs(*finals: Path):
+    """Yield temporary paths beside `finals`; move them into place only if the block succeeds.
+
+    A failure (exception) removes the temporaries and any stale finals, so nothing that looks
+    like a good artifact survives a failed step.
+    """
+    finals = tuple(Path(p) for p in finals)
+    temps = []
+    for final in finals:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+        os.close(fd)
+        os.unlink(tmp)
+        temps.append(Path(tmp + final.suffix))
+    try:
+        yield temps
+        for tmp, final in zip(temps, finals):
+            if not tmp.exists():
+                raise FileNotFoundError(f"step did not produce {final}")
+        for tmp, final in zip(temps, finals):
+            _remove(final)
+            os.replace(tmp, final)
+    except BaseException:
+        for p in (*temps, *finals):
+            _remove(p)
+        raise

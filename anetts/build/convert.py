@@ -1,0 +1,170 @@
+"""Convert one exported stage/bucket (TorchScript) into an ML Program .mlpackage.
+
+mlprogram, fp16 compute, fp32/int32 I/O (a TensorType without dtype becomes fp16 I/O at
+macOS14+, coreml-and-ane.md §1), per-stage deployment target, descriptions and metadata.
+The package is written to a temporary path, re-read and checked, then moved into place, so a
+conversion that fails half-way leaves no package behind.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from anetts._version import __version__
+from anetts.artifacts import atomic_outputs, tree_sha256, write_json
+from anetts.provenance import provenance
+from anetts.stage import DTYPES, BucketSpec
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp16", "fp32")
+LICENSE = {"kokoro": "Apache-2.0 (Kokoro-82M weights by hexgrad)"}
+
+
+class ConversionError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    deployment_target: str = "macOS13"  # a coremltools.target name
+    precision: str = "fp16"
+    compute_units: str = "CPU_AND_GPU"  # a hint recorded in metadata; CoreML picks units at load time
+
+
+def _ct():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import coremltools as ct
+    return ct
+
+
+def package_io(package: Path) -> dict:
+    """Names, shapes and dtypes of a saved package's inputs and outputs, read from its spec."""
+    ct = _ct()
+    spec = ct.utils.load_spec(str(package))
+    dtype_names = {65552: "float16", 65568: "float32", 131104: "int32", 65600: "float64"}
+
+    def describe(features):
+        out = []
+        for f in features:
+            arr = f.type.multiArrayType
+            out.append({"name": f.name, "shape": [int(d) for d in arr.shape],
+                        "dtype": dtype_names.get(arr.dataType, str(arr.dataType))})
+        return out
+
+    return {"inputs": describe(spec.description.input), "outputs": describe(spec.description.output),
+            "functions": [f.name for f in spec.description.functions] or ["main"],
+            "specification_version": spec.specificationVersion}
+
+
+def convert_package(torchscript: Path, export_json: Path, out_package: Path, out_report: Path,
+                    options: ConvertOptions, model_meta: dict) -> dict:
+    """Convert, check and save. `model_meta`: model, family, source, revision."""
+    ct = _ct()
+    import torch
+
+    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
+    spec = BucketSpec.from_json(export["spec"])
+    if options.precision not in PRECISIONS:
+        raise ConversionError(f"unknown precision {options.precision!r}; choose one of {PRECISIONS}")
+    try:
+        target = getattr(ct.target, options.deployment_target)
+    except AttributeError:
+        raise ConversionError(f"unknown deployment target {options.deployment_target!r}") from None
+
+    t0 = time.perf_counter()
+    traced = torch.jit.load(str(torchscript)).eval()
+    inputs = [ct.TensorType(name=t.name, shape=t.shape, dtype=DTYPES[t.dtype]) for t in spec.inputs]
+    outputs = [ct.TensorType(name=t.name, dtype=DTYPES[t.dtype]) for t in spec.outputs]
+    precision = ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mlmodel = ct.convert(traced, inputs=inputs, outputs=outputs, convert_to="mlprogram",
+                                 compute_precision=precision, minimum_deployment_target=target)
+    except Exception as e:
+        raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
+    t1 = time.perf_counter()
+
+    mlmodel.short_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
+    mlmodel.author = "ane-tts"
+    mlmodel.license = LICENSE.get(model_meta.get("family"), "see the model card")
+    mlmodel.version = __version__
+    for t in spec.inputs:
+        mlmodel.input_description[t.name] = t.description
+    for t in spec.outputs:
+        mlmodel.output_description[t.name] = t.description
+    meta = {
+        "anetts.model": model_meta["model"],
+        "anetts.family": model_meta.get("family", ""),
+        "anetts.source": model_meta.get("source", ""),
+        "anetts.revision": str(model_meta.get("revision") or ""),
+        "anetts.stage": spec.stage,
+        "anetts.bucket": spec.bucket,
+        "anetts.geometry": json.dumps(spec.geometry, sort_keys=True),
+        "anetts.precision": options.precision,
+        "anetts.compute_units": options.compute_units,
+        "anetts.version": __version__,
+    }
+    mlmodel.user_defined_metadata.update(meta)
+
+    with atomic_outputs(out_package, out_report) as (tmp_pkg, tmp_report):
+        mlmodel.save(str(tmp_pkg))
+        io = package_io(tmp_pkg)
+        _check_io(spec, io, tmp_pkg)
+        report = {
+            "stage": spec.stage,
+            "bucket": spec.bucket,
+            "geometry": spec.geometry,
+            "package": Path(out_package).name,
+            "sha256": tree_sha256(tmp_pkg),
+            "bytes": sum(p.stat().st_size for p in Path(tmp_pkg).rglob("*") if p.is_file()),
+            "deployment_target": options.deployment_target,
+            "precision": options.precision,
+            "compute_units": options.compute_units,
+            **io,
+            "ops": op_histogram(tmp_pkg),
+            "seconds": {"convert": round(t1 - t0, 3), "total": round(time.perf_counter() - t0, 3)},
+            "metadata": meta,
+            "provenance": provenance(),
+        }
+        write_json(tmp_report, report)
+    log.info("converted %s/%s in %.1fs", spec.stage, spec.bucket, report["seconds"]["total"])
+    return report
+
+
+def _check_io(spec: BucketSpec, io: dict, package: Path) -> None:
+    want_in = {t.name: (list(t.shape), t.dtype) for t in spec.inputs}
+    want_out = {t.name: t.dtype for t in spec.outputs}
+    got_in = {t["name"]: (t["shape"], t["dtype"]) for t in io["inputs"]}
+    got_out = {t["name"]: t["dtype"] for t in io["outputs"]}
+    if got_in != want_in:
+        raise ConversionError(f"{package}: inputs {got_in} do not match the export spec {want_in}")
+    if got_out != want_out:
+        raise ConversionError(f"{package}: outputs {got_out} do not match the export spec {want_out}")
+
+
+def _walk_ops(block, counts: dict) -> None:
+    for op in block.operations:
+        counts[op.type] = counts.get(op.type, 0) + 1
+        for nested in op.blocks:
+            _walk_ops(nested, counts)
+
+
+def op_histogram(package: Path) -> dict[str, dict[str, int]]:
+    """Op type counts per function of a saved ML Program."""
+    spec = _ct().utils.load_spec(str(package))
+    hist = {}
+    for fname, fn in spec.mlProgram.functions.items():
+        counts: dict[str, int] = {}
+        for block in fn.block_specializations.values():
+            _walk_ops(block, counts)
+        hist[fname] = dict(sorted(counts.items()))
+    return hist

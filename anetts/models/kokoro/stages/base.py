@@ -1,0 +1,60 @@
+"""What every Kokoro stage shares: bucket naming, geometry, voice choice for examples."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from anetts.stage import Stage
+
+# Kokoro geometry (kokoro.md §4): 40 duration frames/s, 600 samples per frame at 24 kHz.
+FRAMES_PER_SECOND = 40
+SAMPLES_PER_FRAME = 600
+SAMPLE_RATE = 24000
+STFT_HOP = 5
+EXAMPLE_VOICE = "af_heart"  # falls back to the first voice present (synthetic packs are syn_*)
+
+_THIS_DIR = Path(__file__).parent
+_KOKORO_DIR = _THIS_DIR.parent
+
+
+def seconds_geometry(seconds: int) -> dict[str, int]:
+    frames = FRAMES_PER_SECOND * seconds
+    return {
+        "seconds": seconds,
+        "frames": frames,  # alignment frames (asr, en, mask)
+        "f0_frames": 2 * frames,  # F0, N, x_pre
+        "har_frames": 2 * frames * 60 + 1,  # STFT frames of the source at hop 5, centred
+        "samples": frames * SAMPLES_PER_FRAME,
+    }
+
+
+class KokoroStage(Stage):
+    """A Kokoro stage bucketed either by tokens (`t128`) or by seconds of audio (`10s`)."""
+
+    bucket_unit = "seconds"  # or "tokens"
+    module_file: Path
+
+    def bucket_name(self, size: int) -> str:
+        return f"t{size}" if self.bucket_unit == "tokens" else f"{size}s"
+
+    def geometry(self, size: int) -> dict[str, int]:
+        return {"tokens": size} if self.bucket_unit == "tokens" else seconds_geometry(size)
+
+    def source_files(self) -> list[Path]:
+        return [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py", _KOKORO_DIR / "reference.py"]
+
+
+def frame_mask(n_valid: int, length: int) -> np.ndarray:
+    m = np.zeros((1, 1, length), np.float32)
+    m[..., :n_valid] = 1.0
+    return m
+
+
+def pad_last(a: np.ndarray, length: int) -> np.ndarray:
+    """Zero-pad (or reject) the last axis to `length`."""
+    if a.shape[-1] > length:
+        raise ValueError(f"array of length {a.shape[-1]} does not fit bucket length {length}")
+    out = np.zeros(a.shape[:-1] + (length,), np.float32)
+    out[..., : a.shape[-1]] = a
+    return out

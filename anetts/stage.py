@@ -1,0 +1,120 @@
+"""The contract between a model family and the build machinery.
+
+A family (Kokoro, later Fish) declares stages; a stage declares, per bucket, its input and
+output tensors, how to build a traceable wrapper from the upstream model, and how to make
+realistic example inputs. Trace, convert, execute and compare know nothing else about it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+DTYPES = {"float32": np.float32, "int32": np.int32}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # "float32" | "int32": CoreML I/O stays fp32/int32 even when compute is fp16
+    description: str
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"tensor {self.name}: unsupported dtype {self.dtype!r}")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "description": self.description}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TensorSpec":
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], d.get("description", ""))
+
+    def check(self, array: np.ndarray, where: str) -> None:
+        """Raise naming this input when `array` does not match the spec."""
+        if tuple(array.shape) != self.shape:
+            raise ValueError(f"{where}: expected shape {self.shape}, got {tuple(array.shape)} for input: {self.name}")
+        if array.dtype != DTYPES[self.dtype]:
+            raise ValueError(f"{where}: expected dtype {self.dtype}, got {array.dtype} for input: {self.name}")
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """One stage at one static shape."""
+
+    stage: str
+    bucket: str
+    size: int  # the config value the bucket was made from (tokens or seconds)
+    geometry: dict[str, int]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "stage": self.stage,
+            "bucket": self.bucket,
+            "size": self.size,
+            "geometry": dict(self.geometry),
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BucketSpec":
+        return cls(
+            d["stage"], d["bucket"], d["size"], dict(d["geometry"]),
+            tuple(TensorSpec.from_json(t) for t in d["inputs"]),
+            tuple(TensorSpec.from_json(t) for t in d["outputs"]),
+        )
+
+
+class Stage(ABC):
+    """A traceable piece of a model, exported once per bucket."""
+
+    name: str
+    description: str
+
+    @abstractmethod
+    def bucket_name(self, size: int) -> str: ...
+
+    @abstractmethod
+    def spec(self, size: int) -> BucketSpec: ...
+
+    @abstractmethod
+    def build(self, model: Any) -> torch.nn.Module:
+        """Traceable wrapper; forward takes inputs in spec order and returns outputs in spec order."""
+
+    @abstractmethod
+    def example_inputs(self, model: Any, weights_dir: Path, size: int) -> dict[str, np.ndarray]:
+        """Deterministic, realistic inputs filling a realistic part of the bucket."""
+
+    def source_files(self) -> list[Path]:
+        """Files whose edits must re-export this stage (its module and what it imports from us)."""
+        return []
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: its stages and how to get from weights on disk to the upstream model."""
+
+    name: str
+    stages: dict[str, Stage]
+    load_model: Callable[[Path], Any]  # weights dir → upstream model, ready to trace
+    weights_files: tuple[str, ...]  # files every weights dir holds, besides voices
+    voice_file: Callable[[str], str]  # voice name → relative path in a weights dir
+    default_voices: tuple[str, ...]  # voices fetched from a real source when config names none
+    synthetic_voices: tuple[str, ...]
+    synthesize: Callable[[Path, str, int, Path], dict]  # (out_dir, preset, seed, scratch) → report
+    validate_weights: Callable[[Path, list, Path], dict]  # (dir, voices, scratch) → model config
+    weights_code: tuple[Path, ...] = field(default=())  # sources whose edits change synthetic weights
+
+    def stage(self, name: str) -> Stage:
+        if name not in self.stages:
+            raise KeyError(f"family {self.name!r} has no stage {name!r}; stages: {sorted(self.stages)}")
+        return self.stages[name]
+
