@@ -26,6 +26,10 @@ def weights_dir(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "weights"
 
 
+def reference_path(model: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "reference" / f"{bucket}.npz"
+
+
 def export_base(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "export" / stage / bucket
 
@@ -36,6 +40,10 @@ def package_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) ->
 
 def package_report(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "packages" / stage / f"{bucket}.json"
+
+
+def parity_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "parity" / stage / f"{bucket}.json"
 
 
 def manifest_path(model: str, root: Path = ARTIFACTS) -> Path:

@@ -78,6 +78,9 @@ class Stage(ABC):
 
     name: str
     description: str
+    # True when example inputs come from the family's shared per-bucket reference run
+    # (one upstream forward feeds several stages' examples, see Family.make_reference).
+    uses_reference: bool = False
 
     @abstractmethod
     def bucket_name(self, size: int) -> str: ...
@@ -90,8 +93,13 @@ class Stage(ABC):
         """Traceable wrapper; forward takes inputs in spec order and returns outputs in spec order."""
 
     @abstractmethod
-    def example_inputs(self, model: Any, weights_dir: Path, size: int) -> dict[str, np.ndarray]:
+    def example_inputs(self, model: Any, weights_dir: Path, size: int,
+                       reference: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Deterministic, realistic inputs filling a realistic part of the bucket."""
+
+    @abstractmethod
+    def valid_regions(self, inputs: dict[str, np.ndarray]) -> dict[str, tuple[int, int] | None]:
+        """Per output: (axis, valid length) implied by the inputs' masks, or None if all valid."""
 
     def source_files(self) -> list[Path]:
         """Files whose edits must re-export this stage (its module and what it imports from us)."""
@@ -112,6 +120,11 @@ class Family:
     synthesize: Callable[[Path, str, int, Path], dict]  # (out_dir, preset, seed, scratch) → report
     validate_weights: Callable[[Path, list, Path], dict]  # (dir, voices, scratch) → model config
     weights_code: tuple[Path, ...] = field(default=())  # sources whose edits change synthetic weights
+    # (model, weights dir, size) → named arrays: upstream's stage-boundary tensors for one example
+    make_reference: Callable[[Any, Path, int], dict] | None = None
+    reference_code: tuple[Path, ...] = field(default=())
+    # weights dir → JSON-able parameters the runtime's host DSP needs (not part of any package)
+    host_params: Callable[[Path], dict] | None = None
 
     def stage(self, name: str) -> Stage:
         if name not in self.stages:

@@ -34,14 +34,32 @@ def _as_tuple(out) -> tuple:
     return out if isinstance(out, tuple) else (out,)
 
 
-def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, model=None):
+def load_reference(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def write_reference(family: Family, size: int, weights_dir: Path, out: Path) -> dict:
+    """The family's shared example run for one bucket size, as an .npz of named arrays."""
+    t0 = time.perf_counter()
+    ref = family.make_reference(family.load_model(weights_dir), Path(weights_dir), size)
+    with atomic_outputs(out) as (tmp,):
+        with open(tmp, "wb") as f:
+            np.savez(f, **ref)
+    log.info("reference for size %s in %.1fs", size, time.perf_counter() - t0)
+    return ref
+
+
+def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, model=None, reference: Path | None = None):
     """Returns (traced module, example inputs, spec, report dict)."""
     stage = family.stage(stage_name)
     spec: BucketSpec = stage.spec(size)
     t0 = time.perf_counter()
     model = model if model is not None else family.load_model(weights_dir)
     wrapper = stage.build(model)
-    inputs = stage.example_inputs(model, weights_dir, size)
+    inputs = stage.example_inputs(model, Path(weights_dir), size, load_reference(reference))
     for t in spec.inputs:
         t.check(inputs[t.name], f"example input of {stage_name}/{spec.bucket}")
     args = tuple(torch.from_numpy(inputs[t.name]) for t in spec.inputs)
@@ -74,8 +92,8 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
 
 
 def export_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
-                 out_pt: Path, out_inputs: Path, out_json: Path, model=None) -> dict:
-    traced, inputs, spec, report = trace_stage(family, stage_name, size, weights_dir, model)
+                 out_pt: Path, out_inputs: Path, out_json: Path, model=None, reference: Path | None = None) -> dict:
+    traced, inputs, spec, report = trace_stage(family, stage_name, size, weights_dir, model, reference)
     with atomic_outputs(out_pt, out_inputs, out_json) as (tmp_pt, tmp_inputs, tmp_json):
         torch.jit.save(traced, str(tmp_pt))
         with open(tmp_inputs, "wb") as f:

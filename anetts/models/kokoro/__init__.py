@@ -17,6 +17,13 @@ def _load_model(weights_dir: Path):
     return _weights.prepare_for_trace(_weights.load_kmodel(weights_dir))
 
 
+def _make_reference(model, weights_dir: Path, seconds: int) -> dict:
+    from anetts.models.kokoro.reference import example_for_seconds
+    from anetts.models.kokoro.stages.base import EXAMPLE_VOICE
+
+    return example_for_seconds(model, weights_dir, seconds, EXAMPLE_VOICE)
+
+
 FAMILY = Family(
     name="kokoro",
     stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
@@ -29,4 +36,7 @@ FAMILY = Family(
     validate_weights=_weights.validate_weights_dir,
     weights_code=(_HERE / "weights.py", _HERE / "presets.py", _HERE / "reference.py",
                   _HERE / "data" / "weight_stats.json", _HERE / "data" / "example_phonemes.txt"),
+    make_reference=_make_reference,
+    host_params=_weights.host_dsp_params,
+    reference_code=(_HERE / "reference.py", _HERE / "data" / "example_phonemes.txt"),
 )

@@ -314,3 +314,13 @@ def prepare_for_trace(model):
         if hasattr(module, "weight_g") and hasattr(module, "weight_v"):
             remove_weight_norm(module)
     return model.eval()
+
+
+def host_dsp_params(weights_dir: Path) -> dict:
+    """The hn-NSF merge layer (decoder.generator.m_source.l_linear), run on the host at runtime."""
+    ckpt = torch.load(Path(weights_dir) / CHECKPOINT_NAME, map_location="cpu", weights_only=True)
+    dec = _strip_module_prefix(ckpt["decoder"])
+    return {
+        "l_linear_weight": dec["generator.m_source.l_linear.weight"].double().tolist(),
+        "l_linear_bias": dec["generator.m_source.l_linear.bias"].double().tolist(),
+    }

@@ -42,7 +42,9 @@ class KokoroStage(Stage):
         return {"tokens": size} if self.bucket_unit == "tokens" else seconds_geometry(size)
 
     def source_files(self) -> list[Path]:
-        return [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py", _KOKORO_DIR / "reference.py"]
+        files = [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py"]
+        # stages that build their own examples (not from the shared reference run) use reference.py
+        return files if self.uses_reference else files + [_KOKORO_DIR / "reference.py"]
 
 
 def frame_mask(n_valid: int, length: int) -> np.ndarray:

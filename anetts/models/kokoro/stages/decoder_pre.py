@@ -45,6 +45,7 @@ class DecoderPreStage(KokoroStage):
     name = "decoder_pre"
     description = "Kokoro decoder encode/decode blocks (the ANE candidate)"
     module_file = Path(__file__)
+    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
@@ -61,11 +62,14 @@ class DecoderPreStage(KokoroStage):
             outputs=(TensorSpec("x_pre", (1, 512, f2), "float32", "decoder features (80 Hz), 0 on padding"),),
         )
 
+    def valid_regions(self, inputs) -> dict:
+        return {"x_pre": (2, 2 * int(inputs["mask"].sum()))}
+
     def build(self, model) -> nn.Module:
         return DecoderPreModule(model).eval()
 
-    def example_inputs(self, model, weights_dir: Path, size: int) -> dict[str, np.ndarray]:
-        ref = example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
+    def example_inputs(self, model, weights_dir: Path, size: int, reference=None) -> dict[str, np.ndarray]:
+        ref = reference if reference is not None else example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
         g = self.geometry(size)
         return {
             "asr": pad_last(ref["asr"], g["frames"]),

@@ -92,10 +92,14 @@ class DurationStage(KokoroStage):
             ),
         )
 
+    def valid_regions(self, inputs) -> dict:
+        n = int(inputs["attention_mask"].sum())
+        return {"pred_dur": (1, n), "d": (1, n), "t_en": (2, n), "s": None, "ref_s_out": None}
+
     def build(self, model) -> nn.Module:
         return DurationModule(model).eval()
 
-    def example_inputs(self, model, weights_dir: Path, size: int) -> dict[str, np.ndarray]:
+    def example_inputs(self, model, weights_dir: Path, size: int, reference=None) -> dict[str, np.ndarray]:
         from anetts.models.kokoro.weights import list_voices, load_voice
 
         voices = list_voices(weights_dir)

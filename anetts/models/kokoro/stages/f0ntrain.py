@@ -38,6 +38,7 @@ class F0NtrainStage(KokoroStage):
     name = "f0ntrain"
     description = "Kokoro F0 and noise predictor"
     module_file = Path(__file__)
+    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
@@ -55,11 +56,15 @@ class F0NtrainStage(KokoroStage):
             ),
         )
 
+    def valid_regions(self, inputs) -> dict:
+        f2 = 2 * int(inputs["mask"].sum())
+        return {"F0_pred": (1, f2), "N_pred": (1, f2)}
+
     def build(self, model) -> nn.Module:
         return F0NModule(model).eval()
 
-    def example_inputs(self, model, weights_dir: Path, size: int) -> dict[str, np.ndarray]:
-        ref = example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
+    def example_inputs(self, model, weights_dir: Path, size: int, reference=None) -> dict[str, np.ndarray]:
+        ref = reference if reference is not None else example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
         frames = self.geometry(size)["frames"]
         return {
             "en": pad_last(ref["en"], frames),

@@ -94,6 +94,7 @@ class GeneratorStage(KokoroStage):
     name = "generator"
     description = "Kokoro iSTFTNet generator from host-computed har"
     module_file = Path(__file__)
+    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
@@ -109,11 +110,15 @@ class GeneratorStage(KokoroStage):
             outputs=(TensorSpec("waveform", (1, 1, g["samples"]), "float32", "24 kHz audio; trim to frames×600"),),
         )
 
+    def valid_regions(self, inputs) -> dict:
+        # mask is at 80 Hz: 300 samples per frame
+        return {"waveform": (2, 300 * int(inputs["mask"].sum()))}
+
     def build(self, model) -> nn.Module:
         return GeneratorModule(model).eval()
 
-    def example_inputs(self, model, weights_dir: Path, size: int) -> dict[str, np.ndarray]:
-        ref = example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
+    def example_inputs(self, model, weights_dir: Path, size: int, reference=None) -> dict[str, np.ndarray]:
+        ref = reference if reference is not None else example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
         g = self.geometry(size)
         return {
             "x_pre": pad_last(ref["x_pre"], g["f0_frames"]),

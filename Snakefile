@@ -1,0 +1,21 @@
+# ane-tts: text-to-speech models → ANE-friendly CoreML packages.
+# Table of contents only; rules live in rules/*.smk, logic in the anetts package.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/weights.smk"
+include: "rules/reference.smk"
+include: "rules/export.smk"
+include: "rules/convert.smk"
+include: "rules/manifest.smk"
+
+
+rule all:
+    input:
+        manifest_file(config["model"]),

@@ -1,0 +1,48 @@
+"""Agreement metrics between a reference tensor and a candidate, on the valid region only.
+
+SNR = 10·log10(Σref² / Σ(ref−x)²); PSNR = 20·log10(max|ref| / RMSE) as in apple/ml-stable-diffusion
+and argmaxtools. Identical tensors give +inf dB (reported as a large finite number in JSON).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# JSON has no inf; a perfect match is reported as this many dB
+PERFECT_DB = 200.0
+
+
+def _db(ratio: float) -> float:
+    if ratio <= 0:
+        return -PERFECT_DB
+    return min(PERFECT_DB, 10.0 * math.log10(ratio)) if math.isfinite(ratio) else PERFECT_DB
+
+
+def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:
+    ref = np.asarray(reference, dtype=np.float64).ravel()
+    x = np.asarray(candidate, dtype=np.float64).ravel()
+    if ref.shape != x.shape:
+        raise ValueError(f"shape mismatch: reference {reference.shape} vs candidate {candidate.shape}")
+    finite = bool(np.isfinite(x).all())
+    if not finite:
+        return {"snr_db": -PERFECT_DB, "psnr_db": -PERFECT_DB, "max_abs": float("inf"), "cosine": 0.0,
+                "pearson": 0.0, "finite": False, "n": int(ref.size)}
+    err = ref - x
+    sig, noise = float(np.sum(ref**2)), float(np.sum(err**2))
+    mse = noise / max(ref.size, 1)
+    peak = float(np.max(np.abs(ref))) if ref.size else 0.0
+    snr = _db(sig / noise) if noise > 0 else PERFECT_DB
+    psnr = _db(peak**2 / mse) if mse > 0 else PERFECT_DB
+    nr, nx = np.linalg.norm(ref), np.linalg.norm(x)
+    cosine = float(ref @ x / (nr * nx)) if nr > 0 and nx > 0 else float(nr == nx)
+    rc, xc = ref - ref.mean(), x - x.mean()
+    den = np.linalg.norm(rc) * np.linalg.norm(xc)
+    pearson = float(rc @ xc / den) if den > 0 else float(np.allclose(rc, xc))
+    return {"snr_db": round(snr, 3), "psnr_db": round(psnr, 3), "max_abs": float(np.max(np.abs(err))) if err.size else 0.0,
+            "cosine": cosine, "pearson": pearson, "finite": True, "n": int(ref.size)}
+
+
+def exact_match_fraction(reference: np.ndarray, candidate: np.ndarray) -> float:
+    ref, x = np.asarray(reference).ravel(), np.asarray(candidate).ravel()
+    return float(np.mean(ref == x)) if ref.size else 1.0

@@ -1,0 +1,143 @@
+"""Parity of one stage/bucket: upstream eager fp32 vs the traced export, the compiled package run by
+the MIL reference executor, and (on macOS) CoreML itself — compared on the valid region only.
+
+A package below its gate fails: `check_parity` raises after writing the failing report next to
+where the passing one would go, so the Snakemake rule exits non-zero and nothing downstream runs.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from anetts.artifacts import atomic_outputs, write_json
+from anetts.provenance import provenance
+from anetts.stage import Family
+from anetts.verify.metrics import compare, exact_match_fraction
+
+log = logging.getLogger(__name__)
+
+
+class ParityError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Gate:
+    min_snr_db: float = 35.0  # below: the package is rejected
+    target_snr_db: float = 50.0  # below: accepted with a warning
+    min_exact_fraction: float = 0.95  # integer outputs (durations): fp16 may flip a rounding boundary
+
+
+def _valid(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
+    if region is None:
+        return array
+    axis, n = region
+    return np.take(array, np.arange(n), axis=axis)
+
+
+def _score(spec, outputs: dict, reference: dict, regions: dict, gate: Gate) -> dict:
+    per_output, worst, exact_ok = {}, None, True
+    for t in spec.outputs:
+        ref = _valid(reference[t.name], regions.get(t.name))
+        got = _valid(np.asarray(outputs[t.name]).reshape(reference[t.name].shape), regions.get(t.name))
+        m = compare(ref, got)
+        if t.dtype == "int32":
+            m["exact_fraction"] = exact_match_fraction(ref, got)
+            exact_ok &= m["exact_fraction"] >= gate.min_exact_fraction
+        else:
+            worst = m["snr_db"] if worst is None else min(worst, m["snr_db"])
+        per_output[t.name] = m
+    passed = exact_ok and (worst is None or worst >= gate.min_snr_db)
+    return {"outputs": per_output, "min_snr_db": worst, "passed": bool(passed),
+            "meets_target": bool(passed and (worst is None or worst >= gate.target_snr_db))}
+
+
+def _timed(fn, repeats: int = 1):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def _as_dict(spec, out) -> dict:
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return {t.name: o.detach().numpy() for t, o in zip(spec.outputs, out)}
+
+
+def run_parity(family: Family, stage_name: str, size: int, weights_dir: Path, package: Path, torchscript: Path,
+               example_inputs: Path, gate: Gate, compute_units: str = "CPU_AND_GPU", model=None,
+               function_name: str | None = None) -> dict:
+    stage = family.stage(stage_name)
+    spec = stage.spec(size)
+    with np.load(example_inputs) as z:
+        inputs = {k: z[k] for k in z.files}
+    args = tuple(torch.from_numpy(inputs[t.name]) for t in spec.inputs)
+    regions = stage.valid_regions(inputs)
+    model = model if model is not None else family.load_model(weights_dir)
+
+    with torch.inference_mode():
+        wrapper = stage.build(model)
+        wrapper(*args)  # warm-up so timings compare steady states
+        reference, eager_s = _timed(lambda: _as_dict(spec, wrapper(*args)))
+        traced = torch.jit.load(str(torchscript)).eval()
+        traced_out, traced_s = _timed(lambda: _as_dict(spec, traced(*args)))
+
+    from anetts.mil import load_program
+
+    program = load_program(package)
+    mil_out, mil_s = _timed(lambda: program.run(inputs, function_name=function_name))
+
+    backends = {
+        "torch_trace": {**_score(spec, traced_out, reference, regions, gate), "seconds": traced_s},
+        "mil": {**_score(spec, mil_out, reference, regions, gate), "seconds": mil_s},
+    }
+    if sys.platform == "darwin":
+        import coremltools as ct
+
+        mlmodel = ct.models.MLModel(str(package), compute_units=ct.ComputeUnit[compute_units],
+                                    function_name=function_name)
+        cm_out, cm_s = _timed(lambda: mlmodel.predict(inputs))
+        backends["coreml"] = {**_score(spec, cm_out, reference, regions, gate), "seconds": cm_s,
+                              "compute_units": compute_units}
+    else:
+        backends["coreml"] = {"skipped": f"CoreML predict needs macOS (this is {sys.platform})"}
+
+    gated = [b for b in backends.values() if "passed" in b]
+    return {
+        "stage": stage_name,
+        "bucket": spec.bucket,
+        "function": function_name or "main",
+        "gate": asdict(gate),
+        "valid_regions": {k: list(v) for k, v in regions.items() if v is not None},
+        "eager_seconds": eager_s,
+        "mil_vs_eager_time_ratio": mil_s / eager_s if eager_s > 0 else None,
+        "backends": backends,
+        "passed": all(b["passed"] for b in gated),
+        "provenance": provenance(),
+    }
+
+
+def check_parity(report: dict, out_json: Path) -> dict:
+    """Write the report where downstream rules find it only if it passed; otherwise raise."""
+    out_json = Path(out_json)
+    if report["passed"]:
+        with atomic_outputs(out_json) as (tmp,):
+            write_json(tmp, report)
+        for name, b in report["backends"].items():
+            if b.get("passed") and not b.get("meets_target"):
+                log.warning("%s/%s %s: %.1f dB is below the %.0f dB target", report["stage"], report["bucket"], name,
+                            b["min_snr_db"], report["gate"]["target_snr_db"])
+        return report
+    failed = out_json.with_name(out_json.stem + ".failed.json")
+    write_json(failed, report)
+    worst = {n: b.get("min_snr_db") for n, b in report["backends"].items() if "passed" in b and not b["passed"]}
+    raise ParityError(f"{report['stage']}/{report['bucket']} failed its parity gate "
+                      f"(min {report['gate']['min_snr_db']} dB): {worst}; report: {failed}")

@@ -1,0 +1,143 @@
+"""The validated config as the Snakefile sees it: model/stage/bucket lists and rule parameters.
+
+Rules stay declarative; everything they compute from config lives here, importable and tested.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from anetts import artifacts
+from anetts.families import get_family
+from anetts.provenance import tool_versions
+
+_PKG = Path(__file__).parent
+CONVERT_DEFAULTS = {"deployment_target": "macOS13", "precision": "fp16", "compute_units": "CPU_AND_GPU"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class WorkflowConfig:
+    def __init__(self, config: dict, root: str | Path = "."):
+        self.config = config
+        self.root = Path(root).resolve()
+        if config["model"] not in config["models"]:
+            raise ConfigError(f"config key `model`: {config['model']!r} is not one of models {sorted(config['models'])}")
+        for name, m in config["models"].items():
+            fam = m["family"]
+            if fam not in config["families"]:
+                raise ConfigError(f"models.{name}.family: no `families.{fam}` block in config")
+            family = get_family(fam)
+            for stage in config["families"][fam]["stages"]:
+                if stage not in family.stages:
+                    raise ConfigError(f"families.{fam}.stages.{stage}: family {fam!r} has no such stage; "
+                                      f"stages: {sorted(family.stages)}")
+
+    # -- names -------------------------------------------------------------------------------
+    @property
+    def model_names(self) -> list[str]:
+        return sorted(self.config["models"])
+
+    @property
+    def stage_names(self) -> list[str]:
+        return sorted({s for f in self.config["families"].values() for s in f["stages"]})
+
+    def family_of(self, model: str) -> str:
+        return self.config["models"][model]["family"]
+
+    def _stages(self, model: str) -> dict:
+        return self.config["families"][self.family_of(model)]["stages"]
+
+    def stages(self, model: str) -> list[str]:
+        return list(self._stages(model))
+
+    def buckets(self, model: str, stage: str) -> list[str]:
+        st = get_family(self.family_of(model)).stage(stage)
+        return [st.bucket_name(size) for size in self._stages(model)[stage]["buckets"]]
+
+    def bucket_size(self, model: str, stage: str, bucket: str) -> int:
+        st = get_family(self.family_of(model)).stage(stage)
+        for size in self._stages(model)[stage]["buckets"]:
+            if st.bucket_name(size) == bucket:
+                return size
+        raise ConfigError(f"bucket {bucket!r} is not configured for {model}/{stage}; buckets: {self.buckets(model, stage)}")
+
+    # -- rule inputs -------------------------------------------------------------------------
+    def _rel(self, paths) -> list[str]:
+        return sorted({os.path.relpath(Path(p).resolve(), Path.cwd()) for p in paths})
+
+    def weights_code(self, model: str) -> list[str]:
+        family = get_family(self.family_of(model))
+        return self._rel([_PKG / "weights.py", *family.weights_code])
+
+    def stage_code(self, model: str, stage: str) -> list[str]:
+        st = get_family(self.family_of(model)).stage(stage)
+        return self._rel([*st.source_files(), _PKG / "build" / "trace.py", _PKG / "stage.py"])
+
+    def reference_code(self, model: str) -> list[str]:
+        family = get_family(self.family_of(model))
+        return self._rel([*family.reference_code, _PKG / "build" / "trace.py"])
+
+    def reference_size(self, model: str, bucket: str) -> int:
+        """Size of a shared reference bucket: any reference-using stage that has this bucket."""
+        family = get_family(self.family_of(model))
+        for stage in self.stages(model):
+            if family.stage(stage).uses_reference and bucket in self.buckets(model, stage):
+                return self.bucket_size(model, stage, bucket)
+        raise ConfigError(f"no stage of {model} uses a reference at bucket {bucket!r}")
+
+    def export_reference(self, model: str, stage: str, bucket: str) -> list[str]:
+        """The reference npz an export reads, or nothing for stages that make their own examples."""
+        if not get_family(self.family_of(model)).stage(stage).uses_reference:
+            return []
+        return [str(artifacts.reference_path(model, bucket))]
+
+    def parity_code(self) -> list[str]:
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
+
+    def parity_gate(self, model: str, stage: str) -> dict:
+        gate = dict(self.config.get("parity", {}).get("default", {}))
+        gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))
+        return gate
+
+    def parity_reports(self, model: str) -> list[str]:
+        return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def convert_code(self) -> list[str]:
+        return self._rel([_PKG / "build" / "convert.py"])
+
+    def package_reports(self, model: str) -> list[str]:
+        return [str(artifacts.package_report(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def packages(self, model: str) -> list[str]:
+        return [str(artifacts.package_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def torchscripts(self, model: str) -> list[str]:
+        return [f"{artifacts.export_base(model, s, b)}.pt" for s in self.stages(model) for b in self.buckets(model, s)]
+
+    # -- rule params -------------------------------------------------------------------------
+    def weights_source(self, model: str) -> dict:
+        src = dict(self.config["models"][model]["weights"])
+        if src["source"] == "synthetic":
+            src.setdefault("seed", 0)
+        return src
+
+    def convert_options(self, model: str, stage: str) -> dict:
+        st = self._stages(model)[stage]
+        return {k: st.get(k, v) for k, v in CONVERT_DEFAULTS.items()}
+
+    def stage_settings(self, model: str) -> dict:
+        return {s: {**self.convert_options(model, s), "buckets": self.buckets(model, s)} for s in self.stages(model)}
+
+    def model_meta(self, model: str) -> dict:
+        src = self.weights_source(model)
+        revision = src.get("revision") or (f"{src['preset']}-seed{src['seed']}" if src["source"] == "synthetic" else None)
+        return {"model": model, "family": self.family_of(model), "source": src["source"],
+                "repo_id": src.get("repo_id"), "revision": revision}
+
+    @staticmethod
+    def versions(*names: str) -> dict:
+        v = tool_versions()
+        return {n: v.get(n) for n in names}

@@ -1,0 +1,27 @@
+# Config validation, bucket lists and input functions shared by every rule.
+import sys
+
+sys.path.insert(0, workflow.basedir)  # use this checkout's anetts even if another is installed
+
+from snakemake.utils import validate
+
+from anetts import artifacts
+from anetts.families import get_family
+from anetts.workflow import WorkflowConfig
+
+validate(config, "../schemas/config.schema.yaml")
+WF = WorkflowConfig(config, root=workflow.basedir)
+
+
+wildcard_constraints:
+    model="|".join(WF.model_names),
+    stage="|".join(WF.stage_names),
+    bucket=r"t\d+|\d+s",
+
+
+def manifest_file(model):
+    return artifacts.manifest_path(model)
+
+
+def weights_out(wildcards):
+    return str(artifacts.weights_dir(wildcards.model))

@@ -1,0 +1,20 @@
+rule convert:
+    """TorchScript → ML Program .mlpackage (fp16 compute, fp32/int32 I/O) + a JSON report."""
+    input:
+        torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
+        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        code=WF.convert_code(),
+    output:
+        package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
+        report="artifacts/{model}/packages/{stage}/{bucket}.json",
+    params:
+        options=lambda w: WF.convert_options(w.model, w.stage),
+        model_meta=lambda w: WF.model_meta(w.model),
+        versions=WF.versions("coremltools", "numpy"),
+    log:
+        "artifacts/{model}/logs/convert/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/convert/{stage}/{bucket}.tsv"
+    threads: 1
+    script:
+        "../workflow_scripts/convert.py"

@@ -1,0 +1,23 @@
+rule export:
+    """Trace one stage at one bucket (TorchScript + example inputs), checked against eager."""
+    input:
+        weights="artifacts/{model}/weights",
+        reference=lambda w: WF.export_reference(w.model, w.stage, w.bucket),
+        # Snakemake does not follow imports: the stage's own sources are explicit inputs, so an
+        # edit reruns exactly this stage's exports and what depends on them.
+        code=lambda w: WF.stage_code(w.model, w.stage),
+    output:
+        torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
+        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
+        report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+    params:
+        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
+        family=lambda w: WF.family_of(w.model),
+        versions=WF.versions("torch", "kokoro", "transformers"),
+    log:
+        "artifacts/{model}/logs/export/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/export/{stage}/{bucket}.tsv"
+    threads: 1
+    script:
+        "../workflow_scripts/export.py"

@@ -1,0 +1,16 @@
+rule manifest:
+    """The contract read by the runtime: every package with its I/O, geometry and sha256."""
+    input:
+        weights="artifacts/{model}/weights",
+        reports=lambda w: WF.package_reports(w.model),
+        packages=lambda w: WF.packages(w.model),
+        torchscripts=lambda w: WF.torchscripts(w.model),
+    output:
+        "artifacts/{model}/manifest.json",
+    params:
+        model_meta=lambda w: WF.model_meta(w.model),
+        stages=lambda w: WF.stage_settings(w.model),
+    log:
+        "artifacts/{model}/logs/manifest.log",
+    script:
+        "../workflow_scripts/manifest.py"

@@ -1,0 +1,18 @@
+rule reference:
+    """One upstream forward per bucket; its stage-boundary tensors are the examples of every stage."""
+    input:
+        weights="artifacts/{model}/weights",
+        code=lambda w: WF.reference_code(w.model),
+    output:
+        "artifacts/{model}/reference/{bucket}.npz",
+    params:
+        size=lambda w: WF.reference_size(w.model, w.bucket),
+        family=lambda w: WF.family_of(w.model),
+        versions=WF.versions("torch", "kokoro", "transformers"),
+    log:
+        "artifacts/{model}/logs/reference/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/reference/{bucket}.tsv"
+    threads: 2
+    script:
+        "../workflow_scripts/reference.py"

@@ -1,0 +1,17 @@
+rule weights:
+    """Materialize weights (synthetic / hf / local) in the upstream layout and validate them."""
+    input:
+        code=lambda w: WF.weights_code(w.model),
+    output:
+        directory("artifacts/{model}/weights"),
+    params:
+        family=lambda w: WF.family_of(w.model),
+        source=lambda w: WF.weights_source(w.model),
+        versions=WF.versions("torch", "kokoro"),
+    log:
+        "artifacts/{model}/logs/weights.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/weights.tsv"
+    threads: 2
+    script:
+        "../workflow_scripts/weights.py"

@@ -1,0 +1,85 @@
+"""A failed trace or conversion exits non-zero and leaves nothing that looks like an artifact."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anetts.build import convert as convert_mod
+from anetts.build.convert import ConversionError, ConvertOptions, convert_package
+from anetts.build.trace import ExportError, export_stage
+from anetts.families import get_family
+
+FAMILY = get_family("kokoro")
+META = {"model": "kokoro-tiny", "family": "kokoro", "source": "synthetic", "revision": "test"}
+
+
+@pytest.fixture(scope="module")
+def exported_duration(tiny_weights, tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export")
+    export_stage(FAMILY, "duration", 32, tiny_weights, out / "t32.pt", out / "t32.inputs.npz", out / "t32.export.json",
+                 model=tiny_model)
+    return out
+
+
+def test_export_writes_checked_trace(exported_duration):
+    report = json.loads((exported_duration / "t32.export.json").read_text())
+    assert report["spec"]["bucket"] == "t32"
+    assert set(report["trace_vs_eager"]) == {"pred_dur", "d", "t_en", "s", "ref_s_out"}
+
+
+def test_trace_mismatch_fails_and_leaves_nothing(tiny_weights, tiny_model, tmp_path, monkeypatch):
+    stage = FAMILY.stage("duration")
+    build = stage.build
+
+    def unstable(model):
+        module = build(model)
+        forward = module.forward
+        calls = {"n": 0}
+
+        def drifting(*args):  # a different result on every call, as data-dependent tracing gives
+            calls["n"] += 1
+            out = forward(*args)
+            return (out[0], out[1] + calls["n"], *out[2:])
+
+        module.forward = drifting
+        return module
+
+    monkeypatch.setattr(stage, "build", unstable)
+    with pytest.raises(ExportError, match="traced output d differs"):
+        export_stage(FAMILY, "duration", 32, tiny_weights, tmp_path / "t32.pt", tmp_path / "t32.inputs.npz",
+                     tmp_path / "t32.export.json", model=tiny_model)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_conversion_leaves_no_package(exported_duration, tmp_path, monkeypatch):
+    import coremltools as ct
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("convert function for op 'new_ones' not implemented")
+
+    monkeypatch.setattr(ct, "convert", explode)
+    pkg, report = tmp_path / "t32.mlpackage", tmp_path / "t32.json"
+    pkg.mkdir()  # a stale package from an earlier build must not survive either
+    with pytest.raises(ConversionError, match="duration/t32.*new_ones"):
+        convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", pkg, report,
+                        ConvertOptions(), META)
+    assert not pkg.exists() and not report.exists()
+
+
+def test_save_failure_half_way_leaves_no_package(exported_duration, tmp_path, monkeypatch):
+    def broken_check(spec, io, package):
+        raise ConversionError(f"{package}: outputs do not match")
+
+    monkeypatch.setattr(convert_mod, "_check_io", broken_check)
+    pkg, report = tmp_path / "t32.mlpackage", tmp_path / "t32.json"
+    with pytest.raises(ConversionError):
+        convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", pkg, report,
+                        ConvertOptions(), META)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_deployment_target_is_an_error(exported_duration, tmp_path):
+    with pytest.raises(ConversionError, match="deployment target 'macOS9'"):
+        convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", tmp_path / "p.mlpackage",
+                        tmp_path / "p.json", ConvertOptions(deployment_target="macOS9"), META)

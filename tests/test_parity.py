@@ -1,0 +1,72 @@
+"""Parity metrics and gates; the gate rejects a package whose weights were perturbed."""
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from anetts.build.convert import ConvertOptions, convert_package
+from anetts.build.trace import export_stage, write_reference
+from anetts.families import get_family
+from anetts.verify.metrics import PERFECT_DB, compare, exact_match_fraction
+from anetts.verify.parity import Gate, ParityError, check_parity, run_parity
+
+FAMILY = get_family("kokoro")
+META = {"model": "kokoro-tiny", "family": "kokoro", "source": "synthetic", "revision": "test"}
+
+
+def test_metrics_known_values():
+    ref = np.array([1.0, -1.0, 1.0, -1.0])
+    m = compare(ref, ref * 1.1)  # error power = 1 % of signal power → 20 dB
+    assert m["snr_db"] == pytest.approx(20.0, abs=1e-6)
+    assert m["psnr_db"] == pytest.approx(20.0, abs=1e-6)
+    assert m["cosine"] == pytest.approx(1.0) and m["pearson"] == pytest.approx(1.0)
+    assert compare(ref, ref)["snr_db"] == PERFECT_DB
+    assert compare(ref, -ref)["pearson"] == pytest.approx(-1.0)
+    assert not compare(ref, np.array([1.0, np.inf, 1.0, 1.0]))["finite"]
+    assert exact_match_fraction(np.array([1, 2, 3, 4]), np.array([1, 2, 3, 5])) == 0.75
+    with pytest.raises(ValueError, match="shape mismatch"):
+        compare(ref, ref[:2])
+
+
+@pytest.fixture(scope="module")
+def f0ntrain_packages(tiny_weights, tiny_model, tmp_path_factory):
+    """f0ntrain at 3 s exported twice: from the real weights and from perturbed ones."""
+    out = tmp_path_factory.mktemp("parity")
+    write_reference(FAMILY, 3, tiny_weights, out / "ref.npz")
+    perturbed = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        perturbed.predictor.F0[0].conv1.weight.mul_(1.3)
+    for name, model in (("good", tiny_model), ("bad", perturbed)):
+        export_stage(FAMILY, "f0ntrain", 3, tiny_weights, out / f"{name}.pt", out / f"{name}.inputs.npz",
+                     out / f"{name}.export.json", model=model, reference=out / "ref.npz")
+        convert_package(out / f"{name}.pt", out / f"{name}.export.json", out / f"{name}.mlpackage",
+                        out / f"{name}.json", ConvertOptions(), META)
+    return out
+
+
+def test_good_package_passes_gate(f0ntrain_packages, tiny_weights, tiny_model, tmp_path):
+    d = f0ntrain_packages
+    report = run_parity(FAMILY, "f0ntrain", 3, tiny_weights, d / "good.mlpackage", d / "good.pt",
+                        d / "good.inputs.npz", Gate(), model=tiny_model)
+    assert report["passed"], json.dumps(report["backends"], indent=1)[:2000]
+    assert report["backends"]["torch_trace"]["min_snr_db"] > 80
+    assert report["backends"]["mil"]["min_snr_db"] >= 35
+    assert "skipped" in report["backends"]["coreml"]  # Linux
+    check_parity(report, tmp_path / "3s.json")
+    assert json.loads((tmp_path / "3s.json").read_text())["passed"]
+
+
+def test_perturbed_package_is_rejected(f0ntrain_packages, tiny_weights, tiny_model, tmp_path):
+    d = f0ntrain_packages
+    report = run_parity(FAMILY, "f0ntrain", 3, tiny_weights, d / "bad.mlpackage", d / "bad.pt",
+                        d / "bad.inputs.npz", Gate(), model=tiny_model)
+    assert not report["passed"]
+    assert report["backends"]["mil"]["min_snr_db"] < 35
+    with pytest.raises(ParityError, match="f0ntrain/3s failed its parity gate"):
+        check_parity(report, tmp_path / "3s.json")
+    assert not (tmp_path / "3s.json").exists(), "a failed gate must not leave a passing-looking report"
+    assert (tmp_path / "3s.failed.json").exists()

@@ -1,0 +1,18 @@
+"""Shared prologue of the rule scripts: log to the rule's log file, quiet third-party chatter."""
+import logging
+import os
+import sys
+
+
+def setup(snakemake) -> logging.Logger:
+    # this checkout's package first, even when another anetts is installed
+    sys.path.insert(0, os.path.dirname(os.path.abspath(snakemake.scriptdir)))
+    handler = logging.FileHandler(snakemake.log[0], mode="w") if snakemake.log else logging.StreamHandler()
+    logging.basicConfig(level=logging.INFO, handlers=[handler, logging.StreamHandler(sys.stderr)],
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for noisy in ("coremltools", "numexpr", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(max(1, snakemake.threads))
+    return logging.getLogger(f"anetts.rule.{snakemake.rule}")

@@ -1,0 +1,10 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)
+from _glue import setup
+
+log = setup(snakemake)
+from anetts.build.convert import ConvertOptions, convert_package
+
+convert_package(snakemake.input.torchscript, snakemake.input.export_report, snakemake.output.package,
+                snakemake.output.report, ConvertOptions(**snakemake.params.options), dict(snakemake.params.model_meta))

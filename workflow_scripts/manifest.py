@@ -1,0 +1,11 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)
+from _glue import setup
+
+log = setup(snakemake)
+from anetts.build.manifest import write_manifest
+
+inp = snakemake.input
+write_manifest(snakemake.output[0], inp.weights, inp.reports, inp.packages, inp.torchscripts,
+               dict(snakemake.params.model_meta), dict(snakemake.params.stages))

@@ -1,0 +1,14 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)
+from _glue import setup
+
+log = setup(snakemake)
+from anetts.families import get_family
+from anetts.verify.parity import Gate, check_parity, run_parity
+
+inp = snakemake.input
+report = run_parity(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size,
+                    inp.weights, inp.package, inp.torchscript, inp.example_inputs, Gate(**snakemake.params.gate),
+                    compute_units=snakemake.params.compute_units)
+check_parity(report, snakemake.output[0])
