@@ -80,6 +80,12 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def clear_outputs(*paths: Path) -> None:
+    """Remove stale outputs before a step starts, so a failure cannot leave an old one behind."""
+    for p in paths:
+        _remove(Path(p))
+
+
 @contextlib.contextmanager
 def atomic_outputs(*finals: Path):
     """Yield temporary paths beside `finals`; move them into place only if the block succeeds.

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from anetts._version import __version__
-from anetts.artifacts import atomic_outputs, tree_sha256, write_json
+from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec
 
@@ -67,6 +67,7 @@ def package_io(package: Path) -> dict:
 def convert_package(torchscript: Path, export_json: Path, out_package: Path, out_report: Path,
                     options: ConvertOptions, model_meta: dict) -> dict:
     """Convert, check and save. `model_meta`: model, family, source, revision."""
+    clear_outputs(out_package, out_report)
     ct = _ct()
     import torch
 

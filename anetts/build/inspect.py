@@ -38,7 +38,9 @@ RULES = {
     },
     "rank_gt_5": {
         "severity": "warn",
-        "reason": "The ANE supports tensors of rank <= 5; higher-rank ops fall back to GPU/CPU.",
+        "reason": "The ANE supports tensors of rank <= 5; higher-rank ops fall back to GPU/CPU "
+                  "(coremltools itself rejects rank > 5 at conversion, so this only fires on hand-built "
+                  "or edited programs).",
         "source": "apple/ml-ane-transformers; coreml-and-ane.md §2 (Limits)",
     },
     "fp32_compute": {

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from anetts.artifacts import atomic_outputs, write_json
+from anetts.artifacts import atomic_outputs, clear_outputs, write_json
 from anetts.provenance import provenance
 from anetts.stage import BucketSpec, Family
 
@@ -93,6 +93,7 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
 
 def export_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
                  out_pt: Path, out_inputs: Path, out_json: Path, model=None, reference: Path | None = None) -> dict:
+    clear_outputs(out_pt, out_inputs, out_json)
     traced, inputs, spec, report = trace_stage(family, stage_name, size, weights_dir, model, reference)
     with atomic_outputs(out_pt, out_inputs, out_json) as (tmp_pt, tmp_inputs, tmp_json):
         torch.jit.save(traced, str(tmp_pt))
