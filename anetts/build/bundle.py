@@ -14,25 +14,46 @@ weight file, and re-serialises.  Notes from coremltools 9.0's source, checked he
   back (values common to all sources, plus ``anetts.functions`` / ``anetts.default_function``);
 * dedup needs byte-identical consts.  Buckets converted from the same weights give identical
   fp16 weights; compressed (palettized) buckets usually do not (coreml-and-ane.md §4), which
-  shows up as ``unique_weight_bytes_fp16`` > ``largest_function_weight_bytes_fp16``.
+  shows up as ``weight_bytes_fp16`` (content-unique over all sources) >
+  ``largest_function_weight_bytes_fp16`` and ``weights_shared: false``.  Bucket-shaped folded
+  consts (e.g. ALBERT's position/token-type embedding slices [1, T, 128]) are legitimately
+  per function: ``function_specific_weight_bytes``;
+* ``ratio`` compares stored bytes with the *fp16* bytes of the weights.  At macOS13 (iOS16
+  opset) MIL ``lstm`` is fp32-only, so LSTM weights are stored fp32 and stages with LSTMs
+  (duration, f0ntrain) cannot reach 1.15 unless converted for macOS14+ (iOS17 ``lstm``
+  accepts fp16).  ``bundle_weight_bytes_by_dtype`` shows it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
 from collections import Counter
 from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, tree_sha256
-from anetts.build.inspect import (BlobFile, fp16_bytes, function_io, function_weights, load_spec,
-                                  package_files, _function_blocks, _walk)
+from anetts.build.inspect import (BlobFile, _function_blocks, _resolve_blob_path, _walk, fp16_bytes,
+                                  function_io, function_weights, load_spec, package_files)
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use
 
 
 class BundleError(RuntimeError):
     pass
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def function_name(bucket: str) -> str:
+    """A MIL-safe function name for a bucket: ``t32`` stays, ``3s`` becomes ``b3s``.
+
+    Compiled models carry the program as MIL text, whose names are identifiers (coremltools
+    sanitizes var/op names the same way: ``mil_backend::sanitize_name_strings``), so function
+    names must match ``[A-Za-z_][A-Za-z0-9_]*``."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(bucket))
+    return name if _IDENT.match(name) else f"b{name}"
 
 
 def _ct():
@@ -75,7 +96,7 @@ def weight_content(packages: dict[str, Path]) -> dict:
         try:
             for (fname, offset), (dtype, nbytes) in info["blobs"].items():
                 if fname not in readers:
-                    readers[fname] = BlobFile(spec_file.parent / fname.replace("@model_path/", ""))
+                    readers[fname] = BlobFile(_resolve_blob_path(fname, spec_file.parent))
                 digest = hashlib.sha256(readers[fname].data(offset)).hexdigest()
                 n16 = fp16_bytes(dtype, nbytes)
                 unique[(dtype, digest)] = n16
@@ -107,6 +128,9 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
     for name, path in packages.items():
         if not (path / "Manifest.json").is_file():
             raise BundleError(f"function {name!r}: {path} is not an .mlpackage")
+        if not _IDENT.match(name):
+            raise BundleError(f"function name {name!r} is not an identifier; use function_name({name!r}) "
+                              f"= {function_name(name)!r}")
 
     src_specs = {name: load_spec(path) for name, path in packages.items()}
     src_io, src_fn, src_ops = {}, {}, {}
@@ -159,9 +183,14 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
     weights = weight_content(packages)
     _, out_spec_file, _ = package_files(out)
     bw = function_weights(spec, out_spec_file.parent)
-    bundle_unique = {}
+    bundle_unique, users = {}, Counter()
     for info in bw.values():
         bundle_unique.update(info["blobs"])
+        users.update(info["blobs"].keys())
+    by_dtype = Counter()
+    for dtype, n in bundle_unique.values():
+        by_dtype[dtype] += n
+    specific = sum(n for key, (_, n) in bundle_unique.items() if users[key] < len(bw))
     unique = weights["unique"]
     versions = sorted({int(s.specificationVersion) for s in src_specs.values()})
     report = {
@@ -180,6 +209,10 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
         "per_function_weight_bytes_fp16": weights["per_function"],
         "bundle_weight_blobs": len(bundle_unique),
         "bundle_weight_bytes": sum(n for _, n in bundle_unique.values()),
+        "bundle_weight_bytes_by_dtype": dict(sorted(by_dtype.items())),
+        # blobs not shared by every function: bucket-shaped folded consts, or weights that
+        # differ per bucket (then dedup cannot help)
+        "function_specific_weight_bytes": specific,
         "ratio": round(bundle_bytes / unique, 4) if unique else None,
         "ratio_vs_largest_function": (round(bundle_bytes / weights["largest_function"], 4)
                                       if weights["largest_function"] else None),

@@ -173,10 +173,9 @@ def fp16_bytes(dtype: str, nbytes: int) -> int:
     return nbytes
 
 
-def _resolve_blob_path(file_name: str, weights_dir: Path | None, spec_dir: Path) -> Path:
-    # fileName looks like "@model_path/weights/weight.bin"
-    rel = file_name.replace("@model_path/", "")
-    return spec_dir / rel
+def _resolve_blob_path(file_name: str, spec_dir: Path) -> Path:
+    # fileName looks like "@model_path/weights/weight.bin", relative to the spec's folder
+    return spec_dir / file_name.replace("@model_path/", "")
 
 
 def _iter_values(op):
@@ -244,7 +243,7 @@ def function_weights(spec, spec_dir: Path) -> dict[str, dict]:
             for key in list(info["blobs"]):
                 fname = key[0]
                 if fname not in readers:
-                    readers[fname] = BlobFile(_resolve_blob_path(fname, None, spec_dir))
+                    readers[fname] = BlobFile(_resolve_blob_path(fname, spec_dir))
                 dtype, nbytes, _ = readers[fname].header(key[1])
                 info["blobs"][key] = (dtype, nbytes)
     finally:

@@ -359,6 +359,8 @@ def rewrite_package(src, dst, variant: str, where: str = "") -> dict:
         import coremltools as ct
         from coremltools.converters.mil.converter import mil_convert
         from coremltools.converters.mil.frontend.milproto import load as milproto_load
+        from coremltools.converters.mil.mil.passes.pass_pipeline import PassPipelineManager
+        from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
     src = Path(src)
     where = where or str(src)
     spec = ct.utils.load_spec(str(src))
@@ -370,16 +372,18 @@ def rewrite_package(src, dst, variant: str, where: str = "") -> dict:
     rw.stats = stats
     if variant != "none" and stats.rewritten == 0:
         rw.check(None)  # raises "matched no linear op"
-    pipeline = ct.PassPipeline.CLEANUP
     desc = spec.description
     multi = len(desc.functions) > 0
-    if multi:
+    PassPipelineManager.apply_pipeline(prog, ct.PassPipeline.CLEANUP)
+    if multi:  # re-share byte-identical weights across functions, as save_multifunction does
+        PASS_REGISTRY["common::const_deduplication"]._deduplicate_const_across_functions(prog)
         prog.default_function_name = desc.defaultFunctionName
         prog.export_as_multifunction = True
+    prog.skip_all_passes = True
     mlmodel = mil_convert(prog, convert_to="mlprogram", convert_from="milinternal",
                           specification_version=spec.specificationVersion,
                           compute_units=ct.ComputeUnit.CPU_ONLY, skip_model_load=True,
-                          model_description=desc if multi else None, main_pipeline=pipeline)
+                          model_description=desc if multi else None)
     out_spec = mlmodel.get_spec()
     if not multi:  # carry descriptions (feature descriptions, metadata) over
         for i, f in enumerate(desc.input):

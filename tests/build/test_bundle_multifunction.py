@@ -1,0 +1,114 @@
+"""Multifunction bundles (anetts.build.bundle) of per-bucket packages of a tiny conv model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from anetts.build.bundle import BundleError, bundle_packages, function_name
+from anetts.build.inspect import function_io, inspect_package, load_spec
+
+BUCKETS = {"t16": 16, "t40": 40}
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(96, 96, 5, padding=2)
+        self.c2 = nn.Conv1d(96, 32, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+
+@pytest.fixture(scope="module")
+def buckets(tmp_path_factory, convert_module):
+    d = tmp_path_factory.mktemp("buckets")
+    torch.manual_seed(0)
+    model = Tiny().eval()
+    out = {}
+    for name, t in BUCKETS.items():
+        out[name] = d / f"{name}.mlpackage"
+        convert_module(model, {"x": torch.randn(1, 96, t)}, out[name],
+                       metadata={"anetts.stage": "tiny", "anetts.bucket": name, "anetts.precision": "fp16"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(buckets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "tiny.mlpackage"
+    return out, bundle_packages(buckets, out, default_function="t16")
+
+
+def test_bundle_structure(bundle, buckets):
+    out, rep = bundle
+    spec = load_spec(out)
+    assert [f.name for f in spec.description.functions] == ["t16", "t40"]
+    assert spec.description.defaultFunctionName == "t16"
+    # multifunction needs iOS18/macOS15: save_multifunction upgrades the macOS13 (7) sources
+    assert rep["specification_version"] == 9 and rep["specification_version_sources"] == [7]
+    assert rep["spec_upgraded"] is True
+    io = function_io(spec)
+    for name, t in BUCKETS.items():
+        assert io[name]["inputs"][0]["shape"] == [1, 96, t]
+        assert io[name]["outputs"][0]["shape"] == [1, 32, t]
+        assert io[name] == function_io(load_spec(buckets[name]))["main"]
+        assert rep["functions"][name]["inputs"][0]["shape"] == [1, 96, t]
+    md = dict(spec.description.metadata.userDefined)
+    assert md["anetts.stage"] == "tiny" and "anetts.bucket" not in md
+    assert md["anetts.default_function"] == "t16" and md["anetts.buckets"] == '["t16", "t40"]'
+
+
+def test_bundle_dedups_weights(bundle, buckets):
+    out, rep = bundle
+    one = rep["input_bytes_sum"] / 2
+    params = 96 * 96 * 5 + 96 + 32 * 96 * 3 + 32
+    assert rep["weight_bytes_fp16"] == rep["largest_function_weight_bytes_fp16"] >= params * 2
+    assert rep["weights_shared"] is True
+    assert rep["bundle_bytes"] < 1.1 * one  # about one package, not two
+    assert rep["ratio"] == pytest.approx(rep["bundle_bytes"] / rep["weight_bytes_fp16"], rel=1e-3)
+    assert rep["ratio"] <= 1.15 and rep["goal_met"] is True
+    assert rep["function_specific_weight_bytes"] == 0
+    assert set(rep["bundle_weight_bytes_by_dtype"]) == {"float16"}
+    info = inspect_package(out)
+    assert info["weight_bytes_unique"] == rep["bundle_weight_bytes"]
+    assert info["functions"]["t16"]["weight_bytes_blob"] == info["functions"]["t40"]["weight_bytes_blob"]
+
+
+def test_bundle_functions_compute_like_sources(bundle, buckets, load_program):
+    out, _ = bundle
+    prog = load_program(out)
+    assert sorted(prog.function_names) == ["t16", "t40"]
+    rng = np.random.default_rng(0)
+    for name, t in BUCKETS.items():
+        x = {"x": rng.standard_normal((1, 96, t)).astype(np.float32)}
+        want = load_program(buckets[name]).run(x)
+        got = prog.run(x, function_name=name)
+        np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_bundle_failures_leave_nothing(buckets, tmp_path, monkeypatch):
+    out = tmp_path / "b.mlpackage"
+    with pytest.raises(BundleError, match="default function"):
+        bundle_packages(buckets, out, default_function="t99")
+    with pytest.raises(BundleError, match="not an identifier.*b3s"):
+        bundle_packages({"3s": buckets["t16"]}, out, default_function="3s")
+    assert function_name("3s") == "b3s" and function_name("t32") == "t32"
+    with pytest.raises(BundleError, match="not an .mlpackage"):
+        bundle_packages({"a": tmp_path / "nope.mlpackage"}, out, default_function="a")
+
+    import coremltools as ct
+
+    def broken(desc, path):  # writes something, then fails half-way
+        (tmp_path / "marker").write_text("x")
+        import os
+        os.makedirs(path)
+        (__import__("pathlib").Path(path) / "junk").write_text("partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ct.utils, "save_multifunction", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        bundle_packages(buckets, out, default_function="t16")
+    assert (tmp_path / "marker").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["marker"]
