@@ -13,9 +13,14 @@ include: "rules/weights.smk"
 include: "rules/reference.smk"
 include: "rules/export.smk"
 include: "rules/convert.smk"
+include: "rules/parity.smk"
+include: "rules/inspect.smk"
+include: "rules/bundle.smk"
 include: "rules/manifest.smk"
 
 
 rule all:
     input:
         manifest_file(config["model"]),
+        f"artifacts/{config['model']}/parity_summary.md",
+        WF.inspect_reports(config["model"]),

@@ -46,6 +46,14 @@ def parity_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> 
     return model_dir(model, root) / "parity" / stage / f"{bucket}.json"
 
 
+def inspect_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "inspect" / stage / f"{bucket}.json"
+
+
+def bundle_path(model: str, stage: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "bundles" / f"{stage}.mlpackage"
+
+
 def manifest_path(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "manifest.json"
 

@@ -12,7 +12,8 @@ from anetts.families import get_family
 from anetts.provenance import tool_versions
 
 _PKG = Path(__file__).parent
-CONVERT_DEFAULTS = {"deployment_target": "macOS13", "precision": "fp16", "compute_units": "CPU_AND_GPU"}
+CONVERT_DEFAULTS = {"deployment_target": "macOS13", "precision": "fp16", "compute_units": "CPU_AND_GPU",
+                    "linear_rewrite": "none", "fatal_lint": []}
 
 
 class ConfigError(ValueError):
@@ -95,7 +96,7 @@ class WorkflowConfig:
         return [str(artifacts.reference_path(model, bucket))]
 
     def parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "verify" / "summary.py"])
 
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
@@ -106,7 +107,29 @@ class WorkflowConfig:
         return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def convert_code(self) -> list[str]:
-        return self._rel([_PKG / "build" / "convert.py"])
+        return self._rel([_PKG / "build" / "convert.py", _PKG / "build" / "rewrite.py", _PKG / "build" / "inspect.py"])
+
+    def bundle_code(self) -> list[str]:
+        return self._rel([_PKG / "build" / "bundle.py"])
+
+    def bundles(self, model: str) -> list[str]:
+        return [str(artifacts.bundle_path(model, s)) for s in self.stages(model)]
+
+    def bundle_parity_reports(self, model: str) -> list[str]:
+        return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.stages(model)]
+
+    def package(self, model: str, stage: str, bucket: str) -> str:
+        return str(artifacts.package_path(model, stage, bucket))
+
+    def parity_report(self, model: str, stage: str, bucket: str) -> str:
+        return str(artifacts.parity_path(model, stage, bucket))
+
+    @staticmethod
+    def export_base(model: str, stage: str, bucket: str) -> str:
+        return str(artifacts.export_base(model, stage, bucket))
+
+    def inspect_reports(self, model: str) -> list[str]:
+        return [str(artifacts.inspect_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def package_reports(self, model: str) -> list[str]:
         return [str(artifacts.package_report(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
@@ -126,7 +149,9 @@ class WorkflowConfig:
 
     def convert_options(self, model: str, stage: str) -> dict:
         st = self._stages(model)[stage]
-        return {k: st.get(k, v) for k, v in CONVERT_DEFAULTS.items()}
+        opts = {k: st.get(k, v) for k, v in CONVERT_DEFAULTS.items()}
+        opts["fatal_lint"] = list(opts["fatal_lint"])
+        return opts
 
     def stage_settings(self, model: str) -> dict:
         return {s: {**self.convert_options(model, s), "buckets": self.buckets(model, s)} for s in self.stages(model)}

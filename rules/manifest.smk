@@ -5,6 +5,10 @@ rule manifest:
         reports=lambda w: WF.package_reports(w.model),
         packages=lambda w: WF.packages(w.model),
         torchscripts=lambda w: WF.torchscripts(w.model),
+        # a package is listed only once it passed its parity gate
+        parity=lambda w: WF.parity_reports(w.model),
+        bundles=lambda w: WF.bundles(w.model),
+        bundle_parity=lambda w: WF.bundle_parity_reports(w.model),
     output:
         "artifacts/{model}/manifest.json",
     params:

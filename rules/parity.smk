@@ -7,7 +7,8 @@ rule parity:
         example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
         code=WF.parity_code(),
     output:
-        "artifacts/{model}/parity/{stage}/{bucket}.json",
+        report="artifacts/{model}/parity/{stage}/{bucket}.json",
+        arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
     params:
         size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
         family=lambda w: WF.family_of(w.model),
@@ -20,3 +21,21 @@ rule parity:
     threads: 2
     script:
         "../workflow_scripts/parity.py"
+
+
+rule parity_summary:
+    """Per-model parity summary: markdown table, JSON and plots (SNR per bucket, generator diff)."""
+    input:
+        reports=lambda w: WF.parity_reports(w.model),
+        code=WF.parity_code(),
+    output:
+        markdown="artifacts/{model}/parity_summary.md",
+        json="artifacts/{model}/parity_summary.json",
+        snr_plot="artifacts/{model}/parity_snr.png",
+        generator_plot="artifacts/{model}/parity_generator.png",
+    params:
+        model=lambda w: w.model,
+    log:
+        "artifacts/{model}/logs/parity_summary.log",
+    script:
+        "../workflow_scripts/parity_summary.py"

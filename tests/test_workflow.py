@@ -12,6 +12,9 @@ from anetts.artifacts import tree_sha256
 from conftest import make_workflow_copy, run_snakemake, small_config
 
 MODEL = "kokoro-tiny"
+# what one changed stage/bucket reruns: its own chain, its stage's bundle, and the model-wide outputs
+ONE_BUCKET_CHAIN = {"export": 1, "convert": 1, "parity": 1, "inspect": 1, "bundle": 1, "bundle_parity": 1,
+                    "parity_summary": 1, "manifest": 1, "all": 1}
 
 
 def planned_jobs(workdir, *args) -> dict[str, int]:
@@ -34,9 +37,32 @@ def test_build_writes_manifest_of_all_packages(built_workflow):
         assert entry["sha256"] == tree_sha256(pkg)
         assert entry["inputs"] and entry["outputs"] and entry["geometry"]
         assert all(t["dtype"] in ("float32", "int32") for t in entry["inputs"] + entry["outputs"])
+        assert entry["parity"]["passed"] and entry["parity"]["mil_min_snr_db"] >= 35
     gen = next(p for p in manifest["packages"] if p["stage"] == "generator")
     assert {t["name"]: t["shape"] for t in gen["inputs"]}["har"] == [1, 22, 14401]
     assert manifest["weights"]["files"]["kokoro-v1_0.pth"]
+
+
+def test_parity_summary_is_written(built_workflow):
+    model_dir = built_workflow / "artifacts" / MODEL
+    summary = json.loads((model_dir / "parity_summary.json").read_text())
+    assert summary["all_passed"] and len(summary["buckets"]) == 4
+    assert "| generator | 3s |" in (model_dir / "parity_summary.md").read_text()
+    for png in ("parity_snr.png", "parity_generator.png"):
+        assert (model_dir / png).stat().st_size > 10_000
+
+
+def test_bundles_and_inspect_reports(built_workflow):
+    model_dir = built_workflow / "artifacts" / MODEL
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    assert {b["stage"] for b in manifest["bundles"]} == {"duration", "f0ntrain", "decoder_pre", "generator"}
+    for b in manifest["bundles"]:
+        assert b["parity"]["passed"] and (model_dir / b["path"]).is_dir()
+    info = json.loads((model_dir / "inspect" / "decoder_pre" / "3s.json").read_text())
+    ops = info["functions"]["main"]["ops"]
+    assert "linear" not in ops and ops["conv"] > 0  # decoder_pre is configured for the conv2d rewrite
+    assert {f["rule"] for f in json.loads((model_dir / "inspect" / "duration" / "t32.json").read_text())["lint"]} \
+        >= {"ane_unfriendly_ops"}  # LSTMs are flagged
 
 
 def test_package_metadata_and_precision(built_workflow):
@@ -65,7 +91,7 @@ def test_editing_one_stage_reruns_only_that_stage(built_workflow):
         jobs = planned_jobs(built_workflow)
     finally:
         stage_file.write_text(original)
-    assert jobs == {"export": 1, "convert": 1, "manifest": 1, "all": 1}
+    assert jobs == ONE_BUCKET_CHAIN
 
 
 def test_editing_shared_masking_reruns_every_stage(built_workflow):
@@ -76,7 +102,7 @@ def test_editing_shared_masking_reruns_every_stage(built_workflow):
         jobs = planned_jobs(built_workflow)
     finally:
         shared.write_text(original)
-    assert jobs["export"] == 4 and jobs["convert"] == 4
+    assert jobs["export"] == 4 and jobs["convert"] == 4 and jobs["bundle"] == 4
 
 
 def test_changing_one_bucket_list_builds_only_the_new_bucket(built_workflow):
@@ -85,7 +111,7 @@ def test_changing_one_bucket_list_builds_only_the_new_bucket(built_workflow):
     cfg["families"]["kokoro"]["stages"]["duration"]["buckets"] = [32, 64]
     alt = built_workflow / "config_more_buckets.yaml"
     alt.write_text(yaml.safe_dump(cfg))
-    assert planned_jobs(built_workflow, "--configfile", str(alt)) == {"export": 1, "convert": 1, "manifest": 1, "all": 1}
+    assert planned_jobs(built_workflow, "--configfile", str(alt)) == ONE_BUCKET_CHAIN
 
 
 @pytest.mark.parametrize("edit, key", [

@@ -7,5 +7,6 @@ log = setup(snakemake)
 from anetts.build.manifest import write_manifest
 
 inp = snakemake.input
-write_manifest(snakemake.output[0], inp.weights, inp.reports, inp.packages, inp.torchscripts,
-               dict(snakemake.params.model_meta), dict(snakemake.params.stages))
+write_manifest(snakemake.output[0], inp.weights, inp.reports, inp.packages, inp.torchscripts, inp.parity,
+               dict(snakemake.params.model_meta), dict(snakemake.params.stages),
+               bundles=inp.bundles, bundle_parity=inp.bundle_parity)

@@ -11,4 +11,4 @@ inp = snakemake.input
 report = run_parity(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size,
                     inp.weights, inp.package, inp.torchscript, inp.example_inputs, Gate(**snakemake.params.gate),
                     compute_units=snakemake.params.compute_units)
-check_parity(report, snakemake.output[0])
+check_parity(report, snakemake.output.report, snakemake.output.arrays)

@@ -18,6 +18,8 @@ import numpy as np
 
 from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.build.inspect import apply_lint_policy, inspect_package
+from anetts.build.rewrite import LinearRewrite
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec
 
@@ -36,6 +38,8 @@ class ConvertOptions:
     deployment_target: str = "macOS13"  # a coremltools.target name
     precision: str = "fp16"
     compute_units: str = "CPU_AND_GPU"  # a hint recorded in metadata; CoreML picks units at load time
+    linear_rewrite: str = "none"  # none | conv1d | conv2d (anetts.build.rewrite)
+    fatal_lint: tuple[str, ...] = ()  # lint rules (anetts.build.inspect) that fail the conversion
 
 
 def _ct():
@@ -85,13 +89,16 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
     inputs = [ct.TensorType(name=t.name, shape=t.shape, dtype=DTYPES[t.dtype]) for t in spec.inputs]
     outputs = [ct.TensorType(name=t.name, dtype=DTYPES[t.dtype]) for t in spec.outputs]
     precision = ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32
+    rewrite = LinearRewrite(options.linear_rewrite, where=f"{spec.stage}/{spec.bucket}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mlmodel = ct.convert(traced, inputs=inputs, outputs=outputs, convert_to="mlprogram",
-                                 compute_precision=precision, minimum_deployment_target=target)
+                                 compute_precision=precision, minimum_deployment_target=target,
+                                 pass_pipeline=rewrite.pass_pipeline())
     except Exception as e:
         raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
+    rewrite.check(mlmodel)  # a rewrite that matched nothing, or left a linear behind, is an error
     t1 = time.perf_counter()
 
     mlmodel.short_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
@@ -112,6 +119,7 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
         "anetts.geometry": json.dumps(spec.geometry, sort_keys=True),
         "anetts.precision": options.precision,
         "anetts.compute_units": options.compute_units,
+        "anetts.linear_rewrite": options.linear_rewrite,
         "anetts.version": __version__,
     }
     mlmodel.user_defined_metadata.update(meta)
@@ -120,6 +128,8 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
         mlmodel.save(str(tmp_pkg))
         io = package_io(tmp_pkg)
         _check_io(spec, io, tmp_pkg)
+        lint = inspect_package(tmp_pkg)["lint"]
+        apply_lint_policy(lint, options.fatal_lint)
         report = {
             "stage": spec.stage,
             "bucket": spec.bucket,
@@ -132,6 +142,8 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
             "compute_units": options.compute_units,
             **io,
             "ops": op_histogram(tmp_pkg),
+            "linear_rewrite": rewrite.report(),
+            "lint": lint,
             "seconds": {"convert": round(t1 - t0, 3), "total": round(time.perf_counter() - t0, 3)},
             "metadata": meta,
             "provenance": provenance(),

@@ -15,8 +15,14 @@ from anetts.provenance import provenance
 MANIFEST_VERSION = 1
 
 
-def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list,
-                   model_meta: dict, stages: dict) -> dict:
+def _parity_verdict(path: Path, rel) -> dict:
+    r = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {"passed": r["passed"], "report": rel(path),
+            **{f"{name}_min_snr_db": b.get("min_snr_db") for name, b in r["backends"].items() if "passed" in b}}
+
+
+def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list, parity: list,
+                   model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = ()) -> dict:
     out = Path(out)
     model_dir = out.parent.resolve()
     family = get_family(model_meta["family"])
@@ -26,7 +32,7 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
         return Path(p).resolve().relative_to(model_dir).as_posix()
 
     entries = []
-    for report_path, package, torchscript in zip(reports, packages, torchscripts):
+    for report_path, package, torchscript, parity_path in zip(reports, packages, torchscripts, parity):
         report = json.loads(Path(report_path).read_text(encoding="utf-8"))
         entries.append({
             "stage": report["stage"],
@@ -41,11 +47,26 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
             "deployment_target": report["deployment_target"],
             "precision": report["precision"],
             "compute_units": stages[report["stage"]]["compute_units"],
-            "parity": None,  # filled once the package passed its parity gate
+            "parity": _parity_verdict(parity_path, rel),
             # the traced export the torch backend runs (same I/O as the package)
             "torchscript": rel(torchscript),
             "torchscript_sha256": tree_sha256(torchscript),
             "example_inputs": rel(Path(torchscript).with_suffix(".inputs.npz")),
+        })
+    bundle_entries = []
+    for bundle, parity_path in zip(bundles, bundle_parity):
+        report = json.loads(Path(bundle).with_suffix(".json").read_text(encoding="utf-8"))
+        verdict = json.loads(Path(parity_path).read_text(encoding="utf-8"))
+        bundle_entries.append({
+            "stage": verdict["stage"],
+            "path": rel(bundle),
+            "sha256": tree_sha256(bundle),
+            "bytes": report["bundle_bytes"],
+            "functions": report["buckets"],  # function name → bucket
+            "default_function": report.get("default_function"),
+            "weight_bytes_fp16": report.get("weight_bytes_fp16"),
+            "ratio_to_fp16_weights": report.get("ratio"),
+            "parity": {"passed": verdict["passed"], "report": rel(parity_path)},
         })
     manifest = {
         "manifest_version": MANIFEST_VERSION,
@@ -55,6 +76,7 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
         "host": family.host_params(Path(weights_dir)) if family.host_params else {},
         "stages": stages,
         "packages": entries,
+        "bundles": bundle_entries,
         "provenance": provenance(),
     }
     with atomic_outputs(out) as (tmp,):

@@ -111,6 +111,12 @@ def run_parity(family: Family, stage_name: str, size: int, weights_dir: Path, pa
         backends["coreml"] = {"skipped": f"CoreML predict needs macOS (this is {sys.platform})"}
 
     gated = [b for b in backends.values() if "passed" in b]
+    # valid-region outputs of the reference and the package, for plots in the summary
+    arrays = {}
+    for t in spec.outputs:
+        region = regions.get(t.name)
+        arrays[f"reference/{t.name}"] = _valid(reference[t.name], region)
+        arrays[f"mil/{t.name}"] = _valid(np.asarray(mil_out[t.name]).reshape(reference[t.name].shape), region)
     return {
         "stage": stage_name,
         "bucket": spec.bucket,
@@ -122,15 +128,21 @@ def run_parity(family: Family, stage_name: str, size: int, weights_dir: Path, pa
         "backends": backends,
         "passed": all(b["passed"] for b in gated),
         "provenance": provenance(),
+        "_arrays": arrays,
     }
 
 
-def check_parity(report: dict, out_json: Path) -> dict:
+def check_parity(report: dict, out_json: Path, out_arrays: Path | None = None) -> dict:
     """Write the report where downstream rules find it only if it passed; otherwise raise."""
     out_json = Path(out_json)
+    arrays = report.pop("_arrays", {})
     if report["passed"]:
-        with atomic_outputs(out_json) as (tmp,):
-            write_json(tmp, report)
+        outs = (out_json,) if out_arrays is None else (out_json, Path(out_arrays))
+        with atomic_outputs(*outs) as tmps:
+            write_json(tmps[0], report)
+            if out_arrays is not None:
+                with open(tmps[1], "wb") as f:
+                    np.savez_compressed(f, **arrays)
         for name, b in report["backends"].items():
             if b.get("passed") and not b.get("meets_target"):
                 log.warning("%s/%s %s: %.1f dB is below the %.0f dB target", report["stage"], report["bucket"], name,
@@ -141,3 +153,28 @@ def check_parity(report: dict, out_json: Path) -> dict:
     worst = {n: b.get("min_snr_db") for n, b in report["backends"].items() if "passed" in b and not b["passed"]}
     raise ParityError(f"{report['stage']}/{report['bucket']} failed its parity gate "
                       f"(min {report['gate']['min_snr_db']} dB): {worst}; report: {failed}")
+
+
+def check_bundle_parity(family: Family, stage_name: str, sizes: dict[str, int], weights_dir: Path, bundle: Path,
+                        torchscripts: list, gate: Gate, out_json: Path, compute_units: str = "CPU_AND_GPU") -> dict:
+    """Run every function of a multifunction bundle through the per-bucket gate; all must pass."""
+    from anetts.build.bundle import function_name
+
+    model = family.load_model(weights_dir)
+    functions = {}
+    for (bucket, size), torchscript in zip(sizes.items(), torchscripts):
+        inputs = Path(torchscript).with_suffix(".inputs.npz")
+        report = run_parity(family, stage_name, size, weights_dir, bundle, Path(torchscript), inputs, gate,
+                            compute_units=compute_units, model=model, function_name=function_name(bucket))
+        report.pop("_arrays", None)
+        functions[bucket] = report
+    summary = {"stage": stage_name, "bundle": Path(bundle).name, "gate": asdict(gate),
+               "passed": all(r["passed"] for r in functions.values()), "functions": functions}
+    if not summary["passed"]:
+        failed = Path(out_json).with_name(Path(out_json).stem + ".failed.json")
+        write_json(failed, summary)
+        bad = [b for b, r in functions.items() if not r["passed"]]
+        raise ParityError(f"bundle {stage_name}: functions {bad} failed the parity gate; report: {failed}")
+    with atomic_outputs(out_json) as (tmp,):
+        write_json(tmp, summary)
+    return summary

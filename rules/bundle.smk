@@ -1,0 +1,42 @@
+rule bundle:
+    """All verified buckets of a stage in one multifunction package (one function per bucket)."""
+    input:
+        packages=lambda w: [WF.package(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)],
+        # only buckets that passed their parity gate are bundled
+        parity=lambda w: [WF.parity_report(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)],
+        code=WF.bundle_code(),
+    output:
+        package=directory("artifacts/{model}/bundles/{stage}.mlpackage"),
+        report="artifacts/{model}/bundles/{stage}.json",
+    params:
+        buckets=lambda w: WF.buckets(w.model, w.stage),
+        model_meta=lambda w: WF.model_meta(w.model),
+    log:
+        "artifacts/{model}/logs/bundle/{stage}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/bundle/{stage}.tsv"
+    script:
+        "../workflow_scripts/bundle.py"
+
+
+rule bundle_parity:
+    """Each bundle function against upstream eager, with the same gate as its per-bucket package."""
+    input:
+        weights="artifacts/{model}/weights",
+        bundle="artifacts/{model}/bundles/{stage}.mlpackage",
+        torchscripts=lambda w: [f"{WF.export_base(w.model, w.stage, b)}.pt" for b in WF.buckets(w.model, w.stage)],
+        code=WF.parity_code(),
+    output:
+        "artifacts/{model}/bundles/{stage}.parity.json",
+    params:
+        family=lambda w: WF.family_of(w.model),
+        sizes=lambda w: {b: WF.bucket_size(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)},
+        gate=lambda w: WF.parity_gate(w.model, w.stage),
+        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
+    log:
+        "artifacts/{model}/logs/bundle_parity/{stage}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/bundle_parity/{stage}.tsv"
+    threads: 2
+    script:
+        "../workflow_scripts/bundle_parity.py"

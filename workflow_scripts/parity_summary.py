@@ -1,0 +1,10 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)
+from _glue import setup
+
+log = setup(snakemake)
+from anetts.verify.summary import write_summary
+
+out = snakemake.output
+write_summary(snakemake.params.model, snakemake.input.reports, out.markdown, out.json, out.snr_plot, out.generator_plot)
