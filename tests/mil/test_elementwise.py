@@ -18,18 +18,14 @@ UNARY = {
     "cos": X32, "cosh": X32, "erf": X32, "exp": X32, "exp2": X32, "floor": X32,
     "round": X32, "sign": X32, "sin": X32, "sinh": X32, "sqrt": POS32, "square": X32,
     "tan": UNIT32, "tanh": X32, "relu": X32, "relu6": X32 * 4, "sigmoid": X32,
-    "softplus": X32, "softsign": X32, "logical_not": X32 > 0,
+    "softplus": X32, "softsign": X32,
 }
 
 
 @pytest.mark.parametrize("op", sorted(UNARY))
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_unary(op, dtype):
-    x = UNARY[op]
-    if x.dtype != np.bool_:
-        x = x.astype(dtype)
-    elif dtype == np.float16:
-        pytest.skip("bool op")
+    x = UNARY[op].astype(dtype)
     # fp16: computed in fp32 and rounded once -> within 1 ulp of numpy's fp16 ufuncs
     tol = dict(rtol=2e-3, atol=2e-3) if dtype == np.float16 else dict(rtol=2e-6, atol=1e-6)
     check_vs_value_inference(lambda x: getattr(mb, op)(x=x), {"x": x}, **tol)
@@ -42,6 +38,10 @@ def test_unary_with_epsilon(op, eps):
     if op == "inverse" and eps == 1e-4:  # the default epsilon is applied too
         (got,) = run(lambda x: mb.inverse(x=x), {"x": np.ones(3, np.float32)})
         assert_close(got, np.full(3, 1 / (1 + 1e-4)), rtol=1e-7)
+
+
+def test_logical_not():
+    check_vs_value_inference(lambda x: mb.logical_not(x=x), {"x": X32 > 0})
 
 
 def test_round_half_to_even():
@@ -190,3 +190,36 @@ def test_cast_to_small_int_types():
     (s,) = run(lambda x: mb.gather(x=np.arange(300, dtype=np.float32), indices=mb.cast(x=x, dtype="int16")), {"x": x},
                opset=17)
     np.testing.assert_array_equal(s, [3, 70, 200])
+
+
+ALL_FP16 = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(256, 256)
+
+
+@pytest.mark.parametrize(
+    "op,ref",
+    [("sin", torch.sin), ("cos", torch.cos), ("exp", torch.exp), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid),
+     ("sqrt", torch.sqrt), ("erf", torch.erf), ("atan", torch.atan), ("gelu", torch.nn.functional.gelu),
+     ("square", torch.square), ("softplus", torch.nn.functional.softplus)],
+)
+def test_fp16_unary_exhaustive(op, ref):
+    """Over every fp16 value: result == fp32 evaluation rounded once to fp16, up to 1 ulp
+    for < 0.1% of inputs (two fp32 implementations of a function may round differently)."""
+    (got,) = run(lambda x: getattr(mb, op)(x=x), {"x": ALL_FP16})
+    want = ref(torch.from_numpy(ALL_FP16).float()).half().numpy()
+    assert got.dtype == np.float16
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    assert (np.isnan(got) == np.isnan(want)).all()
+    bad = ~same
+    assert bad.sum() < 66, bad.sum()
+    with np.errstate(invalid="ignore", over="ignore"):
+        ulp = np.spacing(np.abs(want[bad]).astype(np.float16)).astype(np.float32)
+    assert (np.abs(got[bad].astype(np.float32) - want[bad].astype(np.float32)) <= ulp).all()
+
+
+def test_fp16_pow_const_exponent():
+    x = ALL_FP16[np.isfinite(ALL_FP16)].reshape(-1)[:60000].reshape(240, 250)
+    (got,) = run(lambda x: mb.pow(x=x, y=np.float16(2.0)), {"x": x})
+    np.testing.assert_array_equal(got, (torch.from_numpy(x).float() ** 2).half().numpy())
+    xp = np.abs(x) + np.float16(0.0)
+    (got,) = run(lambda x: mb.pow(x=x, y=np.float16(0.5)), {"x": xp})
+    np.testing.assert_allclose(got.astype(np.float32), np.sqrt(xp.astype(np.float32)), rtol=1e-3)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import Kernel, Node, Unsupported, register
-from ._util import in_fp32, widen
+from ._util import fp16_aware, in_fp32, widen
 
 # --------------------------------------------------------------------------- unary
 _UNARY = {
@@ -43,7 +43,7 @@ _UNARY_INT = {
 
 def _build_unary(node: Node) -> Kernel:
     fn = _UNARY.get(node.type) or _UNARY_INT[node.type]
-    return Kernel(in_fp32(fn, node.out_dtype), ["x"])
+    return Kernel(fp16_aware(fn, node.out_dtype, node.type), ["x"])
 
 
 register(*_UNARY, *_UNARY_INT)(_build_unary)
@@ -69,7 +69,7 @@ def _eps_op(fn, default_eps):
     return build
 
 
-register("inverse")(_eps_op(lambda x, e: torch.reciprocal(x + e), 1e-4))
+register("inverse")(_eps_op(lambda x, e: torch.reciprocal(x + e), 1e-4))  # noqa: E501
 register("log")(_eps_op(lambda x, e: torch.log(x + e), 1e-45))
 register("rsqrt")(_eps_op(lambda x, e: torch.rsqrt(x + e), 1e-12))
 
@@ -154,7 +154,24 @@ _BINARY = {
 }
 
 
+def _pow_const(node: Node):
+    """pow with a constant scalar exponent, as a unary function of x (square for 2)."""
+    if node.type != "pow" or not node.is_const("y") or node.input_dtype("x") != "fp16":
+        return None
+    import numpy as np
+
+    y = np.asarray(node.const("y"))
+    if y.size != 1 or node.out_shape != node.input_type("x").shape:
+        return None
+    e = float(y.reshape(()))
+    fn = torch.square if e == 2.0 else (lambda x: torch.pow(x, e))
+    return Kernel(fp16_aware(fn, node.out_dtype, ("pow", e)), ["x"])
+
+
 def _build_binary(node: Node) -> Kernel:
+    k = _pow_const(node)
+    if k is not None:
+        return k
     native, widened = _BINARY[node.type]
     if node.input_dtype("x") != node.input_dtype("y") and None not in (node.input_dtype("x"), node.input_dtype("y")):
         raise Unsupported(f"mixed input dtypes {node.input_dtype('x')} / {node.input_dtype('y')}")

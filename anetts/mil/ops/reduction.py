@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import Kernel, Node, Unsupported, register
-from ._util import norm_axis, widen
+from ._util import F16, norm_axis, widen
 
 
 def _sum(x, axes, keep):
@@ -78,6 +78,10 @@ def _build_reduce(node: Node) -> Kernel:
         axes = list(range(rank)) if axes_c is None else [norm_axis(a, rank) for a in axes_c]
         if not axes:
             return x
+        if x.dtype == F16 and fn in (_sum, _mean):
+            # accumulate in fp32 straight from the fp16 data (no widened copy)
+            fn2 = torch.sum if fn is _sum else torch.mean
+            return fn2(x, dim=axes, keepdim=keep, dtype=torch.float32).to(od)
         xin = widen(x)
         if not xin.is_floating_point() and fn in (_mean, _l2, _log_sum, _log_sum_exp):
             xin = xin.double()
