@@ -172,8 +172,10 @@ class MilProgram:
             ]
             try:
                 out = step.fn(*args)
-            except MilError as exc:
-                raise type(exc)(f"{step.op_type} op {step.op_name!r}: {exc}") from exc
+            except (MilRuntimeError, MilInputError) as exc:
+                raise type(exc)(f"{self.package}: {step.op_type} op {step.op_name!r}: {exc}") from exc
+            except MilError:
+                raise
             except Exception as exc:
                 raise MilRuntimeError(
                     f"{self.package}: {step.op_type} op {step.op_name!r} failed: {type(exc).__name__}: {exc}"

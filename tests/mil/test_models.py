@@ -76,7 +76,7 @@ class ConvStack(nn.Module):
         x = x + 1 / 0.7 * torch.sin(0.7 * self.c2(x)) ** 2
         x = torch.tanh(self.c3(x))
         x = self.dw(self.up(x))
-        return self.pad(F.interpolate(x, scale_factor=2, mode="nearest"))
+        return self.pad(F.interpolate(x, scale_factor=2, mode="nearest") + torch.repeat_interleave(x, 2, dim=-1))
 
 
 class LstmStack(nn.Module):
@@ -135,6 +135,54 @@ def _adain_blocks():
             return self.b2(self.b1(x, s), s)
 
     return Adain()
+
+
+def _albert():
+    from transformers import AlbertConfig, AlbertModel
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            cfg = AlbertConfig(vocab_size=30, embedding_size=16, hidden_size=32, num_attention_heads=2,
+                               intermediate_size=48, num_hidden_layers=2, max_position_embeddings=16)
+            self.bert = AlbertModel(cfg).eval()
+            self.enc = nn.Linear(32, 24)
+
+        def forward(self, ids, mask):
+            return self.enc(self.bert(ids, attention_mask=mask).last_hidden_state).transpose(-1, -2)
+
+    return Bert()
+
+
+class StftTransform(nn.Module):
+    """kokoro's CustomSTFT.transform: conv STFT, magnitude, atan2 phase with the
+    ``phase[mask] = pi`` fix-up (non_zero + scatter_nd after conversion)."""
+
+    def __init__(self):
+        super().__init__()
+        from kokoro.custom_stft import CustomSTFT
+
+        self.stft = CustomSTFT(filter_length=20, hop_length=5, win_length=20)
+
+    def forward(self, wave):
+        mag, phase = self.stft.transform(wave)
+        return mag, torch.cos(phase), torch.sin(phase)  # wrap-free view of the phase
+
+
+@pytest.mark.parametrize("precision,target", PRECISIONS)
+def test_albert_with_attention_mask(tmp_path, precision, target):
+    ids = np.random.default_rng(4).integers(0, 30, (1, 12)).astype(np.int32)
+    mask = np.ones((1, 12), np.int32)
+    mask[:, 9:] = 0
+    prog = _convert_and_compare(_albert(), {"ids": ids, "mask": mask}, tmp_path, precision, target)
+    assert "gelu" in prog.op_types()
+
+
+@pytest.mark.parametrize("precision,target", PRECISIONS)
+def test_kokoro_stft_transform(tmp_path, precision, target):
+    wave = (np.random.default_rng(5).standard_normal((1, 400)) * 0.3).astype(np.float32)
+    _convert_and_compare(StftTransform(), {"wave": wave}, tmp_path, precision, target)
 
 
 @pytest.mark.parametrize("precision,target", PRECISIONS)
