@@ -278,8 +278,9 @@ def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spe
     functions_ir = parse_program(spec, weights_dir, package)
     problems: dict[str, list[str]] = {}
     compiled: dict[str, _Function] = {}
+    tensor_cache: dict = {}
     for fname, fir in functions_ir.items():
-        steps = _compile_block(fir, fir.block, problems)
+        steps = _compile_block(fir, fir.block, problems, tensor_cache)
         compiled[fname] = _Function(fir, steps, _input_specs(spec, fir))
     if problems:
         raise UnsupportedOpError(package, problems)
@@ -291,14 +292,16 @@ def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spe
     return MilProgram(package, compiled, default)
 
 
-def _compile_block(fir: FunctionIR, block: BlockIR, problems: dict[str, list[str]]) -> list[_Step]:
+def _compile_block(
+    fir: FunctionIR, block: BlockIR, problems: dict[str, list[str]], tensor_cache: dict
+) -> list[_Step]:
     steps = []
     for op in block.ops:
         build = builder_for(op.type)
         if build is None or op.blocks:
             problems.setdefault(op.type, []).append(op.name)
             continue
-        node = Node(op, fir.opset_version, fir.var_types)
+        node = Node(op, fir.opset_version, fir.var_types, tensor_cache)
         try:
             kernel = build(node)
         except Unsupported as exc:

@@ -74,8 +74,11 @@ class Kernel:
 class Node:
     """Load-time view of one op: its constant parameters and declared output types."""
 
-    def __init__(self, op: OpIR, opset_version: int, var_types: dict[str, ValueType]):
+    def __init__(
+        self, op: OpIR, opset_version: int, var_types: dict[str, ValueType], tensor_cache: dict | None = None
+    ):
         self.op = op
+        self._tensor_cache = {} if tensor_cache is None else tensor_cache
         self.type = op.type
         self.name = op.name
         self.opset = opset_version
@@ -172,13 +175,19 @@ class Node:
             t = t.to(dtype)
         return t
 
-    @staticmethod
-    def tensor_of(arg: Arg):
-        """Default run-time form of a const binding: a torch tensor (strings stay str)."""
+    def tensor_of(self, arg: Arg):
+        """Default run-time form of a const binding: a torch tensor (strings stay str).
+
+        Converted once per const value (the cache is shared by the whole program)."""
         v = arg.value
         if v is None or isinstance(v, str):
             return v
-        return to_torch(v)
+        hit = self._tensor_cache.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        t = to_torch(v)
+        self._tensor_cache[id(v)] = (v, t)
+        return t
 
     # ---------------------------------------------------------------- outputs
     @property

@@ -124,16 +124,27 @@ class _ValueReader:
         self._load = _milproto_load
         self._ctx = _milproto_load.TranscriptionContext(weights_dir or "")
         self.weights_dir = weights_dir
+        # blob values shared by several functions (multifunction packages deduplicate
+        # weights) are decoded once
+        self._blobs: dict[tuple, Any] = {}
 
     def read(self, value_spec) -> Any:
-        if value_spec.WhichOneof("value") == "blobFileValue" and not self.weights_dir:
-            raise MilLoadError("program references weight blobs but no weights directory is known")
+        key = None
+        if value_spec.WhichOneof("value") == "blobFileValue":
+            if not self.weights_dir:
+                raise MilLoadError("program references weight blobs but no weights directory is known")
+            b = value_spec.blobFileValue
+            key = (b.fileName, b.offset, value_spec.type.SerializeToString())
+            if key in self._blobs:
+                return self._blobs[key]
         try:
             val = self._load._load_value(self._ctx, value_spec)
         except MilLoadError:
             raise
         except Exception as exc:  # pragma: no cover - depends on malformed input
             raise MilLoadError(f"cannot decode value: {exc}") from exc
+        if key is not None:
+            self._blobs[key] = val
         return val
 
 

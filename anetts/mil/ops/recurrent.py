@@ -92,7 +92,7 @@ def _loop(x, h, c, d: _Dir, acts, clip, reverse: bool):
 
 def _fused(x, h, c, d: _Dir):
     """torch's LSTM kernel (same math as _loop with default activations)."""
-    out, hn, cn = torch._VF.lstm(x, (h.unsqueeze(0), c.unsqueeze(0)), d.torch_params, True, 1, 0.0, False, False, False)
+    out, hn, cn = torch.lstm(x, (h.unsqueeze(0), c.unsqueeze(0)), d.torch_params, True, 1, 0.0, False, False, False)
     return out, hn[0], cn[0]
 
 
