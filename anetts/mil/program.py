@@ -275,8 +275,8 @@ def load_program(package_path: str | os.PathLike) -> MilProgram:
 
 def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spec>") -> MilProgram:
     """Build a :class:`MilProgram` from an in-memory ``Model_pb2.Model`` spec."""
-    functions_ir = parse_program(spec, weights_dir, package)
     problems: dict[str, list[str]] = {}
+    functions_ir = parse_program(spec, weights_dir, package, problems)
     compiled: dict[str, _Function] = {}
     tensor_cache: dict = {}
     for fname, fir in functions_ir.items():

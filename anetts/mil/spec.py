@@ -148,18 +148,24 @@ class _ValueReader:
         return val
 
 
-def parse_program(spec, weights_dir: str | None, package: str) -> dict[str, FunctionIR]:
-    """All functions of ``spec.mlProgram`` as IR (constants decoded, constexprs folded)."""
+def parse_program(
+    spec, weights_dir: str | None, package: str, problems: dict[str, list[str]] | None = None
+) -> dict[str, FunctionIR]:
+    """All functions of ``spec.mlProgram`` as IR (constants decoded, constexprs folded).
+
+    constexpr ops that cannot be folded are recorded in ``problems`` (op type -> op
+    names) so the caller can report them together with unsupported regular ops."""
+    problems = {} if problems is None else problems
     if spec.WhichOneof("Type") != "mlProgram":
         raise MilLoadError(f"{package}: not an ML Program (model type {spec.WhichOneof('Type')!r})")
     reader = _ValueReader(weights_dir)
     functions = {}
     for fname, fspec in spec.mlProgram.functions.items():
-        functions[fname] = _parse_function(fname, fspec, reader, package)
+        functions[fname] = _parse_function(fname, fspec, reader, package, problems)
     return functions
 
 
-def _parse_function(fname, fspec, reader: _ValueReader, package: str) -> FunctionIR:
+def _parse_function(fname, fspec, reader: _ValueReader, package: str, problems) -> FunctionIR:
     opset = fspec.opset
     if opset not in fspec.block_specializations:
         raise MilLoadError(f"{package}: function {fname!r} has no block for opset {opset}")
@@ -171,11 +177,12 @@ def _parse_function(fname, fspec, reader: _ValueReader, package: str) -> Functio
         t = parse_value_type(nvt.type)
         inputs.append((nvt.name, t))
         var_types[nvt.name] = t
-    block = _parse_block(fspec.block_specializations[opset], reader, var_types, consts, version, package)
+    block = _parse_block(fspec.block_specializations[opset], reader, var_types, consts, version, package, problems)
     return FunctionIR(fname, opset, version, inputs, block, var_types, consts)
 
 
-def _parse_block(bspec, reader, var_types, consts, version, package) -> BlockIR:
+def _parse_block(bspec, reader, var_types, consts, version, package, problems) -> BlockIR:
+    from .errors import UnsupportedOpError
     from .ops.constexpr import evaluate_constexpr
 
     binputs = []
@@ -205,17 +212,23 @@ def _parse_block(bspec, reader, var_types, consts, version, package) -> BlockIR:
             inputs[pname] = args
         if op_spec.type.startswith("constexpr_"):
             params = {k: reader.read(v) for k, v in op_spec.attributes.items() if k != "name"}
-            for pname, args in inputs.items():
-                if len(args) != 1 or not args[0].is_const:
-                    raise MilLoadError(f"{package}: {op_spec.type} op {name!r}: input {pname!r} is not constant")
-                params[pname] = args[0].value
-            vals = evaluate_constexpr(op_spec.type, params, version, package, name)
+            bad = [p for p, args in inputs.items() if len(args) != 1 or not args[0].is_const]
+            if bad:
+                problems.setdefault(f"{op_spec.type}: non-constant input {bad[0]!r}", []).append(name)
+                continue
+            params.update({p: args[0].value for p, args in inputs.items()})
+            try:
+                vals = evaluate_constexpr(op_spec.type, params, version, package, name)
+            except UnsupportedOpError as exc:
+                for key, names in exc.problems.items():
+                    problems.setdefault(key, []).extend(names)
+                continue
             if len(outputs) == 1:
                 vals = (vals,)
             for (oname, _), val in zip(outputs, vals):
                 consts[oname] = val
             continue
-        blocks = [_parse_block(b, reader, var_types, consts, version, package) for b in op_spec.blocks]
+        blocks = [_parse_block(b, reader, var_types, consts, version, package, problems) for b in op_spec.blocks]
         ops.append(OpIR(op_spec.type, name, inputs, outputs, blocks))
     return BlockIR(binputs, ops, list(bspec.outputs))
 

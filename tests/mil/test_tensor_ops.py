@@ -246,3 +246,19 @@ def test_slice_update():
     want = x.copy()
     want[:, 1:6:3] = 1
     assert_close(got, want)
+
+
+def test_identity_fill_like_reshape_like_pixel_unshuffle():
+    check_vs_value_inference(lambda x: mb.identity(x=x), {"x": X})
+    (got,) = run(lambda x: mb.fill_like(ref_tensor=x, value=np.float32(1.5)), {"x": X}, opset=16)
+    assert_close(got, np.full(X.shape, 1.5, np.float32))
+    y = R.standard_normal((6, 20)).astype(np.float32)
+    (got,) = run(lambda x, y: mb.reshape_like(x=y, ref_tensors=(x,), begins=(1,), ends=(3,), end_masks=(False,)),
+                 {"x": R.standard_normal((2, 12, 10, 3)).astype(np.float32), "y": y}, opset=16)
+    assert_close(got, y.reshape(12, 10))
+    import torch
+    import torch.nn.functional as F
+
+    z = R.standard_normal((1, 2, 4, 6)).astype(np.float32)
+    (got,) = run(lambda z: mb.pixel_unshuffle(x=z, downscale_factor=np.uint32(2)), {"z": z}, opset=16)
+    assert_close(got, F.pixel_unshuffle(torch.from_numpy(z), 2).numpy())
