@@ -148,3 +148,24 @@ def test_pool(kind, pad_type, exclude):
         if exclude:
             want = want / F.avg_pool2d(F.pad(torch.ones_like(xt), tp), [3, 2], [2, 2])
     assert_close(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_transpose2d_output_padding_crop(tmp_path):
+    """torch ConvTranspose2d(output_padding=1) converts to conv_transpose + crop."""
+    import coremltools as ct
+
+    from anetts.mil import load_program
+
+    torch.manual_seed(0)
+    m = torch.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1).eval()
+    x = R.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    with torch.no_grad():
+        want = m(torch.from_numpy(x)).numpy()
+        traced = torch.jit.trace(m, torch.from_numpy(x))
+    ml = ct.convert(traced, convert_to="mlprogram", inputs=[ct.TensorType(name="x", shape=x.shape)],
+                    compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.macOS13)
+    ml.save(str(tmp_path / "ct2d.mlpackage"))
+    prog = load_program(tmp_path / "ct2d.mlpackage")
+    assert "crop" in prog.op_types()
+    (got,) = prog.run({"x": x}).values()
+    assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -534,3 +534,17 @@ def _sliding_windows(node: Node) -> Kernel:
         return y.movedim(-1, a + 1).contiguous()
 
     return Kernel(run, ["x"])
+
+
+@register("crop")
+def _crop(node: Node) -> Kernel:
+    """Crop ``crop_height=[top, bottom]`` / ``crop_width=[left, right]`` off the last two dims
+    (what the torch frontend emits for ConvTranspose2d's output_padding)."""
+    ch = node.ints("crop_height")
+    cw = node.ints("crop_width")
+
+    def run(x):
+        h, w = x.shape[-2], x.shape[-1]
+        return x[..., ch[0] : h - ch[1], cw[0] : w - cw[1]]
+
+    return Kernel(run, ["x"])
