@@ -12,8 +12,9 @@ once); the test-suite checks this bit-for-bit.
 Other unary functions (sin, exp, tanh, ...) use torch's native half kernel only when a
 one-time exhaustive check over all 65536 fp16 values shows it behaves like "fp32 then
 round once" (results within 1 ulp of that, and differing for < 0.1% of inputs, i.e. only
-where two fp32 implementations of the function round differently); otherwise (torch's
-half rsqrt, log, erf, gelu use lower-precision internals) they are explicitly widened.
+where two fp32 implementations of the function round differently); otherwise (e.g.
+torch's half erf and gelu kernels use lower-precision internals) they are explicitly
+widened.  Ops with an epsilon or several roundings (rsqrt(x+eps), x*a+b) always widen.
 This keeps fp16 programs fast without giving up the precision policy.
 """
 from __future__ import annotations

@@ -69,7 +69,7 @@ def _eps_op(fn, default_eps):
     return build
 
 
-register("inverse")(_eps_op(lambda x, e: torch.reciprocal(x + e), 1e-4))  # noqa: E501
+register("inverse")(_eps_op(lambda x, e: torch.reciprocal(x + e), 1e-4))
 register("log")(_eps_op(lambda x, e: torch.log(x + e), 1e-45))
 register("rsqrt")(_eps_op(lambda x, e: torch.rsqrt(x + e), 1e-12))
 
