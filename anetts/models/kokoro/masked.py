@@ -66,14 +66,19 @@ def adain_resblk(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor):
     return (r + sc) * _INV_SQRT2 * m_out, m_out
 
 
+def _reciprocal(a: torch.Tensor) -> torch.Tensor:
+    # `1 / a` converts to MIL `inverse`, which computes 1/(a + 1e-4); a true division does not
+    return torch.ones_like(a) / a
+
+
 def adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """Upstream istftnet `AdaINResBlock1.forward` (Snake activations, dilated convs)."""
     for c1, c2, n1, n2, a1, a2 in zip(block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2):
         xt = adain(n1, x, s, m)
-        xt = xt + (1 / a1) * (torch.sin(a1 * xt) ** 2)
+        xt = xt + _reciprocal(a1) * (torch.sin(a1 * xt) ** 2)
         xt = c1(xt * m)
         xt = adain(n2, xt, s, m)
-        xt = xt + (1 / a2) * (torch.sin(a2 * xt) ** 2)
+        xt = xt + _reciprocal(a2) * (torch.sin(a2 * xt) ** 2)
         xt = c2(xt * m)
         x = (xt + x) * m
     return x
