@@ -96,7 +96,10 @@ class WorkflowConfig:
         return [str(artifacts.reference_path(model, bucket))]
 
     def parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "verify" / "summary.py"])
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
+
+    def summary_code(self) -> list[str]:
+        return self._rel([_PKG / "verify" / "summary.py"])
 
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
@@ -123,6 +126,9 @@ class WorkflowConfig:
 
     def parity_report(self, model: str, stage: str, bucket: str) -> str:
         return str(artifacts.parity_path(model, stage, bucket))
+
+    def parity_arrays(self, model: str, stage: str, bucket: str) -> str:
+        return str(artifacts.parity_path(model, stage, bucket).with_suffix(".outputs.npz"))
 
     @staticmethod
     def export_base(model: str, stage: str, bucket: str) -> str:

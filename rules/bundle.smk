@@ -20,11 +20,11 @@ rule bundle:
 
 
 rule bundle_parity:
-    """Each bundle function against upstream eager, with the same gate as its per-bucket package."""
+    """Each bundle function against the upstream eager output stored by its bucket's parity job."""
     input:
-        weights="artifacts/{model}/weights",
         bundle="artifacts/{model}/bundles/{stage}.mlpackage",
-        torchscripts=lambda w: [f"{WF.export_base(w.model, w.stage, b)}.pt" for b in WF.buckets(w.model, w.stage)],
+        example_inputs=lambda w: [f"{WF.export_base(w.model, w.stage, b)}.inputs.npz" for b in WF.buckets(w.model, w.stage)],
+        reference_arrays=lambda w: [WF.parity_arrays(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)],
         code=WF.parity_code(),
     output:
         "artifacts/{model}/bundles/{stage}.parity.json",
@@ -32,7 +32,6 @@ rule bundle_parity:
         family=lambda w: WF.family_of(w.model),
         sizes=lambda w: {b: WF.bucket_size(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)},
         gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     log:
         "artifacts/{model}/logs/bundle_parity/{stage}.log",
     benchmark:

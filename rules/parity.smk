@@ -27,7 +27,7 @@ rule parity_summary:
     """Per-model parity summary: markdown table, JSON and plots (SNR per bucket, generator diff)."""
     input:
         reports=lambda w: WF.parity_reports(w.model),
-        code=WF.parity_code(),
+        code=WF.summary_code(),
     output:
         markdown="artifacts/{model}/parity_summary.md",
         json="artifacts/{model}/parity_summary.json",

@@ -155,21 +155,33 @@ def check_parity(report: dict, out_json: Path, out_arrays: Path | None = None) -
                       f"(min {report['gate']['min_snr_db']} dB): {worst}; report: {failed}")
 
 
-def check_bundle_parity(family: Family, stage_name: str, sizes: dict[str, int], weights_dir: Path, bundle: Path,
-                        torchscripts: list, gate: Gate, out_json: Path, compute_units: str = "CPU_AND_GPU") -> dict:
-    """Run every function of a multifunction bundle through the per-bucket gate; all must pass."""
-    from anetts.build.bundle import function_name
+def check_bundle_parity(family: Family, stage_name: str, sizes: dict[str, int], bundle: Path, example_inputs: list,
+                        reference_arrays: list, gate: Gate, out_json: Path) -> dict:
+    """Every function of a multifunction bundle through the per-bucket gate; all must pass.
 
-    model = family.load_model(weights_dir)
+    The reference is the upstream eager output already stored by each bucket's `parity` job, so
+    the bundle costs one executor run per function and no second eager run.
+    """
+    from anetts.build.bundle import function_name
+    from anetts.mil import load_program
+
+    stage = family.stage(stage_name)
+    program = load_program(bundle)
     functions = {}
-    for (bucket, size), torchscript in zip(sizes.items(), torchscripts):
-        inputs = Path(torchscript).with_suffix(".inputs.npz")
-        report = run_parity(family, stage_name, size, weights_dir, bundle, Path(torchscript), inputs, gate,
-                            compute_units=compute_units, model=model, function_name=function_name(bucket))
-        report.pop("_arrays", None)
-        functions[bucket] = report
+    for (bucket, size), inputs_path, ref_path in zip(sizes.items(), example_inputs, reference_arrays):
+        spec = stage.spec(size)
+        with np.load(inputs_path) as z:
+            inputs = {k: z[k] for k in z.files}
+        with np.load(ref_path) as z:
+            reference = {t.name: z[f"reference/{t.name}"] for t in spec.outputs}
+        regions = stage.valid_regions(inputs)
+        out, seconds = _timed(lambda: program.run(inputs, function_name=function_name(bucket)))
+        valid_out = {t.name: _valid(np.asarray(out[t.name]).reshape(t.shape), regions.get(t.name)) for t in spec.outputs}
+        scored = _score(spec, valid_out, reference, {}, gate)
+        functions[bucket] = {"function": function_name(bucket), **scored, "seconds": seconds}
     summary = {"stage": stage_name, "bundle": Path(bundle).name, "gate": asdict(gate),
-               "passed": all(r["passed"] for r in functions.values()), "functions": functions}
+               "passed": all(r["passed"] for r in functions.values()), "functions": functions,
+               "provenance": provenance()}
     if not summary["passed"]:
         failed = Path(out_json).with_name(Path(out_json).stem + ".failed.json")
         write_json(failed, summary)

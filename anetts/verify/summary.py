@@ -99,8 +99,11 @@ def _generator_plot(reports: list, path: Path) -> None:
         axes[1].plot(t, got - ref, lw=0.4, color="tab:red")
         axes[1].set_title("difference")
         im = axes[2].imshow(_log_spec(got) - _log_spec(ref), aspect="auto", origin="lower", cmap="coolwarm",
-                            vmin=-20, vmax=20)
-        axes[2].set_title("log-spectrogram difference (dB)")
+                            vmin=-3, vmax=3)
+        axes[2].set_title("log-spectrogram difference (dB, package − reference)")
+        axes[2].set_xlabel("frame (hop 256)")
+        axes[2].set_ylabel("bin")
+        axes[1].set_xlabel("seconds")
         fig.colorbar(im, ax=axes[2])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
