@@ -20,6 +20,16 @@ class ConfigError(ValueError):
     pass
 
 
+def canonical(value):
+    """Dicts with sorted keys, recursively: Snakemake compares params by repr(), so key order in
+    config.yaml must not look like a change."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
+
+
 class WorkflowConfig:
     def __init__(self, config: dict, root: str | Path = "."):
         self.config = config
@@ -104,7 +114,7 @@ class WorkflowConfig:
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
         gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))
-        return gate
+        return canonical(gate)
 
     def parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
@@ -151,16 +161,16 @@ class WorkflowConfig:
         src = dict(self.config["models"][model]["weights"])
         if src["source"] == "synthetic":
             src.setdefault("seed", 0)
-        return src
+        return canonical(src)
 
     def convert_options(self, model: str, stage: str) -> dict:
         st = self._stages(model)[stage]
         opts = {k: st.get(k, v) for k, v in CONVERT_DEFAULTS.items()}
-        opts["fatal_lint"] = list(opts["fatal_lint"])
-        return opts
+        opts["fatal_lint"] = sorted(opts["fatal_lint"])
+        return canonical(opts)
 
     def stage_settings(self, model: str) -> dict:
-        return {s: {**self.convert_options(model, s), "buckets": self.buckets(model, s)} for s in self.stages(model)}
+        return canonical({s: {**self.convert_options(model, s), "buckets": self.buckets(model, s)} for s in self.stages(model)})
 
     def model_meta(self, model: str) -> dict:
         src = self.weights_source(model)
