@@ -1,0 +1,127 @@
+"""``anetts`` command line: ``anetts speak "text" -o out.wav`` and ``anetts run-mil ...``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="anetts", description="ane-tts: text-to-speech from built CoreML/TorchScript artifacts")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    s = sub.add_parser("speak", help="synthesize text (or phonemes) to a 24 kHz wav",
+                       description="Synthesize text to a 24 kHz mono wav with a built model.")
+    s.add_argument("text", nargs="?", help="text to speak; '-' reads stdin (or pass --phonemes)")
+    s.add_argument("-o", "--output", required=True, type=Path, help="output .wav path")
+    s.add_argument("--voice", default=None, help="voice name (default: af_heart if built, else the first voice)")
+    s.add_argument("--speed", type=float, default=1.0, help="speaking rate, 0.25..4 (default 1)")
+    s.add_argument("--backend", choices=("torch", "coreml", "mil"), default=None,
+                   help="torch (default off macOS), coreml (macOS, default there) or mil (reference executor)")
+    s.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help=f"built model directory (default {DEFAULT_MODEL_DIR})")
+    s.add_argument("--phonemes", default=None, help="speak these phonemes instead of text (skips G2P)")
+    s.add_argument("--lang", default=None, help="G2P language (default en-us; en-gb for b* voices)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the hn-NSF noise (default 0)")
+    s.add_argument("--threads", type=int, default=None, help="torch threads (torch backend)")
+    s.add_argument("--compute-units", default=None, choices=("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"),
+                   help="Core ML compute units for every stage (coreml backend; default: per stage from the manifest)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("-v", "--verbose", action="store_true", help="log more")
+    s.set_defaults(func=_speak)
+
+    m = sub.add_parser("run-mil", help="run an .mlpackage with the MIL reference executor (anetts.mil.cli)",
+                       add_help=False)
+    m.add_argument("args", nargs=argparse.REMAINDER)
+    m.set_defaults(func=_run_mil)
+    return p
+
+
+def _speak(args) -> int:
+    import numpy as np
+    import soundfile as sf
+
+    from anetts.runtime import TTSError, load
+
+    text = args.text
+    if text == "-":
+        text = sys.stdin.read()
+    if (text is None) == (args.phonemes is None):
+        print("anetts speak: error: give either TEXT or --phonemes (exactly one)", file=sys.stderr)
+        return 2
+    if args.output.suffix.lower() != ".wav":
+        print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
+        return 2
+    try:
+        tts = load(args.model_dir, backend=args.backend, threads=args.threads, compute_units=args.compute_units)
+        chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
+        parts, timings, bar = [], {}, None
+        for chunk in chunks:
+            if bar is None and chunk.total > 1 and not args.no_progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=chunk.total, unit="chunk", desc="speak", file=sys.stderr)
+            if bar is not None:
+                bar.total = chunk.total
+                bar.update(1)
+            parts.append(chunk.audio)
+            for k, v in chunk.timings.items():
+                timings[k] = timings.get(k, 0.0) + v
+        if bar is not None:
+            bar.close()
+    except TTSError as e:
+        print(f"anetts speak: error: {e}", file=sys.stderr)
+        return 1
+    audio = np.concatenate(parts)
+    if audio.size == 0:  # cannot happen (every chunk has >= 1 frame), but never write a silent empty wav
+        print("anetts speak: error: synthesis produced no audio", file=sys.stderr)
+        return 1
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(str(args.output), audio, tts.sample_rate, subtype="FLOAT")
+    except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
+        print(f"anetts speak: error: cannot write {args.output}: {e}", file=sys.stderr)
+        return 1
+    seconds = audio.shape[0] / tts.sample_rate
+    total = timings.get("total", 0.0)
+    stages = ", ".join(f"{k} {v:.2f}s" for k, v in timings.items() if k != "total")
+    print(f"wrote {args.output}: {seconds:.2f} s of audio at {tts.sample_rate} Hz in {total:.2f} s "
+          f"(RTF {total / seconds:.3f}, backend {tts.backend.name}, {len(parts)} chunk(s))")
+    if args.verbose:
+        print(f"timings: {stages}")
+    return 0
+
+
+def _run_mil(args) -> int:
+    try:
+        mil_cli = importlib.import_module("anetts.mil.cli")
+    except ImportError as e:
+        print(f"anetts run-mil: error: the MIL executor CLI (anetts.mil.cli) is not available: {e}", file=sys.stderr)
+        return 1
+    try:
+        rc = mil_cli.main(list(args.args))
+    except SystemExit as e:  # its argparse: usage errors and --help
+        rc = e.code
+    return int(rc or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if argv[:1] == ["run-mil"]:  # pass everything through untouched, --help included
+        return _run_mil(argparse.Namespace(args=argv[1:]))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: usage errors (2) and --help (0) as a return code
+        return int(e.code or 0)
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

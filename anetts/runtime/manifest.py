@@ -1,0 +1,262 @@
+"""Read ``artifacts/<model>/manifest.json``: packages, their I/O and geometry, integrity, bucket choice.
+
+The manifest is the only thing the runtime trusts about a model directory. Loading checks its
+structure and that every listed file exists (cheap); the sha256 of a package is checked lazily,
+the first time a backend uses it (:meth:`ModelArtifacts.verify`), so starting up stays fast and a
+tampered package still fails before it runs.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anetts.artifacts import tree_sha256
+from anetts.runtime.errors import ArtifactError, IntegrityError
+
+MANIFEST_NAME = "manifest.json"
+KOKORO_STAGES = ("duration", "f0ntrain", "decoder_pre", "generator")
+_NP_DTYPES = {"float32": np.float32, "int32": np.int32, "float16": np.float16}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def np_dtype(self):
+        return _NP_DTYPES[self.dtype]
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "TensorInfo":
+        try:
+            info = cls(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArtifactError(f"{where}: bad tensor entry {d!r} ({e})") from e
+        if info.dtype not in _NP_DTYPES:
+            raise ArtifactError(f"{where}: tensor {info.name} has unsupported dtype {info.dtype!r}")
+        return info
+
+
+@dataclass(frozen=True)
+class PackageEntry:
+    """One stage at one bucket, as the manifest lists it (paths resolved against the model dir)."""
+
+    stage: str
+    bucket: str
+    function: str
+    path: Path  # the .mlpackage
+    sha256: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    geometry: dict[str, int]
+    compute_units: str | None
+    torchscript: Path | None
+    torchscript_sha256: str | None = None
+    example_inputs: Path | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.stage, self.bucket)
+
+    @property
+    def label(self) -> str:
+        return f"{self.stage}/{self.bucket}"
+
+    @property
+    def tokens(self) -> int:
+        return int(self.geometry["tokens"])
+
+    @property
+    def frames(self) -> int:
+        """40 Hz duration frames of a seconds bucket."""
+        return int(self.geometry["frames"])
+
+    def input(self, name: str) -> TensorInfo:
+        for t in self.inputs:
+            if t.name == name:
+                return t
+        raise ArtifactError(f"{self.label} has no input {name!r}")
+
+    def check_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+        """Raise naming the first input whose presence, shape or dtype is off."""
+        for t in self.inputs:
+            if t.name not in inputs:
+                raise ValueError(f"{self.label}: missing input {t.name!r}")
+            a = inputs[t.name]
+            if tuple(a.shape) != t.shape or a.dtype != t.np_dtype:
+                raise ValueError(
+                    f"{self.label}: input {t.name} must be {t.shape} {t.dtype}, got {tuple(a.shape)} {a.dtype}"
+                )
+
+
+def _require(d: dict, key: str, where: str) -> Any:
+    if key not in d:
+        raise ArtifactError(f"{where}: missing key {key!r}")
+    return d[key]
+
+
+@dataclass
+class ModelArtifacts:
+    """A built model directory as described by its manifest."""
+
+    model_dir: Path
+    manifest: dict
+    packages: dict[tuple[str, str], PackageEntry]
+    weights_dir: Path
+    l_linear_weight: np.ndarray  # (1, 9) hn-NSF merge layer, run on the host
+    l_linear_bias: np.ndarray  # (1,)
+    _verified: set = field(default_factory=set, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # ----------------------------------------------------------------- loading
+
+    @classmethod
+    def load(cls, model_dir: str | Path, stages: tuple[str, ...] = KOKORO_STAGES) -> "ModelArtifacts":
+        model_dir = Path(model_dir).expanduser()
+        if model_dir.is_file() and model_dir.name == MANIFEST_NAME:
+            model_dir = model_dir.parent
+        path = model_dir / MANIFEST_NAME
+        if not path.is_file():
+            hint = " (build it with `snakemake all -c2`)" if model_dir.exists() else ""
+            raise ArtifactError(f"no manifest at {path}{hint}")
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ArtifactError(f"cannot read manifest {path}: {e}") from e
+        if not isinstance(manifest, dict):
+            raise ArtifactError(f"{path}: expected a JSON object")
+        where = str(path)
+        family = manifest.get("family", "kokoro")
+        if family != "kokoro":
+            raise ArtifactError(f"{where}: family {family!r} is not supported by this runtime (kokoro only)")
+
+        packages: dict[tuple[str, str], PackageEntry] = {}
+        for i, p in enumerate(_require(manifest, "packages", where)):
+            entry = cls._entry(model_dir, p, f"{where} packages[{i}]")
+            if entry.key in packages:
+                raise ArtifactError(f"{where}: package {entry.label} listed twice")
+            packages[entry.key] = entry
+        for stage in stages:
+            if not any(k[0] == stage for k in packages):
+                raise ArtifactError(f"{where}: no package for stage {stage!r}")
+
+        weights_dir = model_dir / manifest.get("weights_dir", "weights")
+        if not (weights_dir / "config.json").is_file():
+            raise ArtifactError(f"missing weights config {weights_dir / 'config.json'} (manifest weights_dir)")
+        weight, bias = cls._host_params(manifest, where)
+        return cls(model_dir, manifest, packages, weights_dir, weight, bias)
+
+    @staticmethod
+    def _entry(model_dir: Path, p: dict, where: str) -> PackageEntry:
+        stage = str(_require(p, "stage", where))
+        bucket = str(_require(p, "bucket", where))
+        where = f"{where} ({stage}/{bucket})"
+        pkg = model_dir / str(_require(p, "path", where))
+        if not pkg.exists():
+            raise ArtifactError(f"package {stage}/{bucket} is missing: {pkg} (listed in the manifest)")
+        ts_rel = p.get("torchscript")  # only the torch backend needs it; it says so when absent
+        ex = p.get("example_inputs")
+        return PackageEntry(
+            stage=stage,
+            bucket=bucket,
+            function=str(p.get("function", "main")),
+            path=pkg,
+            sha256=str(_require(p, "sha256", where)),
+            inputs=tuple(TensorInfo.from_json(t, where) for t in _require(p, "inputs", where)),
+            outputs=tuple(TensorInfo.from_json(t, where) for t in _require(p, "outputs", where)),
+            geometry={k: int(v) for k, v in _require(p, "geometry", where).items()},
+            compute_units=p.get("compute_units"),
+            torchscript=model_dir / ts_rel if ts_rel else None,
+            torchscript_sha256=p.get("torchscript_sha256"),
+            example_inputs=model_dir / ex if ex else None,
+        )
+
+    @staticmethod
+    def _host_params(manifest: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
+        host = _require(manifest, "host", where)
+        try:
+            w = np.asarray(host["l_linear_weight"], dtype=np.float64).reshape(1, 9)
+            b = np.asarray(host["l_linear_bias"], dtype=np.float64).reshape(1)
+        except (KeyError, ValueError, TypeError) as e:
+            raise ArtifactError(f"{where}: bad 'host' block, need l_linear_weight [[9]] and l_linear_bias [1] ({e})") from e
+        if not (np.isfinite(w).all() and np.isfinite(b).all()):
+            raise ArtifactError(f"{where}: host l_linear parameters are not finite")
+        return w, b
+
+    # ----------------------------------------------------------------- lookup
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("model", self.model_dir.name))
+
+    def package(self, stage: str, bucket: str) -> PackageEntry:
+        try:
+            return self.packages[(stage, bucket)]
+        except KeyError:
+            raise ArtifactError(f"the manifest lists no package {stage}/{bucket}; have {self.buckets(stage)}") from None
+
+    def entries(self, stage: str) -> list[PackageEntry]:
+        """The stage's packages, smallest bucket first."""
+        es = [e for (s, _), e in self.packages.items() if s == stage]
+        return sorted(es, key=lambda e: e.tokens if "tokens" in e.geometry else e.frames)
+
+    def buckets(self, stage: str) -> list[str]:
+        return [e.bucket for e in self.entries(stage)]
+
+    def stage_compute_units(self, stage: str) -> str | None:
+        return (self.manifest.get("stages", {}).get(stage) or {}).get("compute_units")
+
+    # ----------------------------------------------------------------- bucket choice
+
+    def max_tokens(self, stage: str = "duration") -> int:
+        return self.entries(stage)[-1].tokens
+
+    def max_frames(self, stages: tuple[str, ...] = ("f0ntrain", "decoder_pre", "generator")) -> int:
+        """Frames the largest bucket of *every* frame stage holds (the per-chunk audio limit)."""
+        return min(self.entries(s)[-1].frames for s in stages)
+
+    def token_bucket(self, stage: str, n_tokens: int) -> PackageEntry | None:
+        """Smallest token bucket with room for ``n_tokens`` (incl. the two wrap tokens), or None."""
+        return next((e for e in self.entries(stage) if e.tokens >= n_tokens), None)
+
+    def frame_bucket(self, stage: str, n_frames: int) -> PackageEntry | None:
+        """Smallest seconds bucket with at least ``n_frames`` 40 Hz frames, or None."""
+        return next((e for e in self.entries(stage) if e.frames >= n_frames), None)
+
+    # ----------------------------------------------------------------- integrity
+
+    def verify(self, entry: PackageEntry, torchscript: bool = False) -> None:
+        """Check the package's sha256 (and the TorchScript's, when the manifest records one) once.
+
+        Raises :class:`IntegrityError` naming the package on a mismatch.
+        """
+        key = (entry.key, torchscript)
+        if key in self._verified:
+            return
+        with self._lock:
+            if key in self._verified:
+                return
+            got = tree_sha256(entry.path)
+            if got != entry.sha256:
+                raise IntegrityError(
+                    f"package {entry.label} ({entry.path}) does not match the manifest: sha256 {got[:12]}... "
+                    f"!= {entry.sha256[:12]}...; it was modified or corrupted, rebuild it"
+                )
+            if torchscript:
+                if entry.torchscript is None or not entry.torchscript.is_file():
+                    raise ArtifactError(f"TorchScript export of {entry.label} is missing: {entry.torchscript}")
+                if entry.torchscript_sha256:
+                    got = tree_sha256(entry.torchscript)
+                    if got != entry.torchscript_sha256:
+                        raise IntegrityError(
+                            f"TorchScript of {entry.label} ({entry.torchscript}) does not match the manifest: "
+                            f"sha256 {got[:12]}... != {entry.torchscript_sha256[:12]}...; rebuild it"
+                        )
+            self._verified.add(key)

@@ -1,0 +1,15 @@
+"""Shared constants and helpers of the runtime tests (imported as a top-level module by pytest)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+# Short utterances that fit t32 (<= 30 phonemes) and 3 s (120 frames) on the tiny model.
+SHORT = "həlˈO wˈɜːld."
+MEDIUM = "ðɪs ɪz ɐ tˈɛst ʌv ðə ɹˈʌntˌIm."
+
+
+def copy_model_dir(src: Path, dest: Path) -> Path:
+    """What the runtime reads of a model dir (manifest, weights, packages, exports)."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("logs", "benchmarks", "reference", "*.inputs.npz"))
+    return dest

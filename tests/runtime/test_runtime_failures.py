@@ -1,0 +1,167 @@
+"""Failure behaviour: clear errors from the API, non-zero exits from the CLI, never an empty wav."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from anetts.cli import main
+from anetts.runtime import ArtifactError, BackendUnavailable, InputError, IntegrityError, load
+from anetts.runtime.backends import mil_available
+from rt_common import SHORT, copy_model_dir
+
+BAD_INPUTS = [
+    (dict(text=""), "empty"),
+    (dict(text="  \n\t "), "empty"),
+    (dict(text="?! ... --"), "punctuation"),
+    (dict(phonemes="∆∆ ∆"), "nothing to speak"),
+    (dict(phonemes=".,!"), "nothing to speak"),
+    (dict(phonemes=SHORT, speed=0), "speed must be"),
+    (dict(phonemes=SHORT, speed=-1.0), "speed must be"),
+    (dict(phonemes=SHORT, speed=100), "speed must be"),
+    (dict(phonemes=SHORT, speed=float("nan")), "speed must be"),
+    (dict(phonemes=SHORT, speed="fast"), "speed must be"),
+    (dict(phonemes=SHORT, voice="xx"), "unknown voice 'xx'; available: ['syn_a', 'syn_b']"),
+    (dict(), "exactly one"),
+    (dict(text="Hello", phonemes=SHORT), "exactly one"),
+]
+
+
+@pytest.mark.parametrize("kwargs,message", BAD_INPUTS)
+def test_bad_input_raises_a_clear_error(tts, kwargs, message):
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]").replace("?", r"\?")):
+        tts.synthesize(**{"voice": "syn_a", **kwargs})
+    with pytest.raises(InputError):  # stream validates before it returns, not at the first chunk
+        tts.stream(**{"voice": "syn_a", **kwargs})
+
+
+def test_missing_manifest(tmp_path):
+    with pytest.raises(ArtifactError, match="no manifest"):
+        load(tmp_path)
+
+
+def test_missing_package(model_dir, tmp_path):
+    copy = copy_model_dir(model_dir, tmp_path / "m")
+    shutil.rmtree(copy / "packages" / "decoder_pre" / "3s.mlpackage")
+    with pytest.raises(ArtifactError, match="decoder_pre/3s is missing"):
+        load(copy)
+
+
+def test_tampered_package_fails_sha256_naming_it(model_dir, tmp_path):
+    copy = copy_model_dir(model_dir, tmp_path / "m")
+    weights = sorted((copy / "packages" / "generator" / "3s.mlpackage").rglob("weight.bin"))[0]
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    tts = load(copy, backend="torch")  # loading stays cheap; the hash is checked on first use
+    with pytest.raises(IntegrityError, match=r"generator/3s .*sha256"):
+        tts.synthesize(phonemes=SHORT, voice="syn_a")
+    out = tmp_path / "out.wav"
+    assert main(["speak", "--phonemes", SHORT, "--voice", "syn_a", "--model-dir", str(copy), "-o", str(out)]) == 1
+    assert not out.exists()
+
+
+def test_tampered_torchscript_fails_sha256(model_dir, tmp_path):
+    copy = copy_model_dir(model_dir, tmp_path / "m")
+    pt = copy / "export" / "duration" / "t32.pt"
+    pt.write_bytes(pt.read_bytes() + b"\0")
+    with pytest.raises(IntegrityError, match="duration/t32"):
+        load(copy, backend="torch").synthesize(phonemes=SHORT, voice="syn_a")
+
+
+def test_manifest_without_host_block(model_dir, tmp_path):
+    copy = copy_model_dir(model_dir, tmp_path / "m")
+    m = json.loads((copy / "manifest.json").read_text())
+    del m["host"]
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match="host"):
+        load(copy)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Core ML is available on macOS")
+def test_coreml_backend_needs_macos(model_dir, tmp_path):
+    with pytest.raises(BackendUnavailable, match=rf"needs macOS.*{sys.platform}.*--backend torch"):
+        load(model_dir, backend="coreml")
+    out = tmp_path / "x.wav"
+    assert main(["speak", "Hello.", "--backend", "coreml", "--model-dir", str(model_dir), "-o", str(out)]) == 1
+    assert not out.exists()
+
+
+def test_unknown_backend(model_dir):
+    with pytest.raises(InputError, match="unknown backend"):
+        load(model_dir, backend="tpu")
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_speak_writes_a_24khz_wav(model_dir, tmp_path, capsys):
+    out = tmp_path / "hi.wav"
+    assert main(["speak", "Hi there.", "--voice", "syn_b", "--speed", "1.2", "--model-dir", str(model_dir), "-o", str(out)]) == 0
+    audio, sr = sf.read(out, dtype="float32")
+    assert sr == 24000 and audio.ndim == 1 and audio.shape[0] > 0 and audio.shape[0] % 600 == 0
+    assert np.abs(audio).max() > 0
+    assert "RTF" in capsys.readouterr().out
+
+
+def test_cli_speak_phonemes_with_progress(model_dir, tmp_path, capsys):
+    out = tmp_path / "long.wav"
+    long = " ".join([SHORT] * 4)  # more than one chunk of 3 s
+    assert main(["speak", "--phonemes", long, "--voice", "syn_a", "--model-dir", str(model_dir), "-o", str(out)]) == 0
+    assert sf.info(str(out)).frames > 0
+    assert "chunk" in capsys.readouterr().err  # the tqdm bar
+
+
+@pytest.mark.parametrize("args,message", [
+    (["speak", "", "--voice", "syn_a"], "empty"),
+    (["speak", "...", "--voice", "syn_a"], "punctuation"),
+    (["speak", "--phonemes", "∆∆", "--voice", "syn_a"], "nothing to speak"),
+    (["speak", "Hello.", "--voice", "xx"], "unknown voice"),
+    (["speak", "Hello.", "--voice", "syn_a", "--speed", "0"], "speed must be"),
+    (["speak", "Hello.", "--voice", "syn_a", "--speed", "-3"], "speed must be"),
+])
+def test_cli_bad_input_exits_non_zero_without_a_wav(model_dir, tmp_path, capsys, args, message):
+    out = tmp_path / "bad.wav"
+    assert main([*args, "--model-dir", str(model_dir), "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_cli_missing_model_dir(tmp_path, capsys):
+    assert main(["speak", "Hello.", "--model-dir", str(tmp_path / "nope"), "-o", str(tmp_path / "a.wav")]) == 1
+    assert "no manifest" in capsys.readouterr().err
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    assert main(["speak", "Hello."]) == 2  # no -o
+    assert main(["speak", "-o", str(tmp_path / "a.wav")]) == 2  # neither text nor phonemes
+    assert main(["speak", "Hi", "--speed", "fast", "-o", str(tmp_path / "a.wav")]) == 2
+
+
+def test_cli_run_mil_delegates(tmp_path):
+    if not mil_available():
+        assert main(["run-mil", "x.mlpackage"]) == 1
+        return
+    assert main(["run-mil", "--help"]) == 0
+
+
+# ------------------------------------------------------------------------------------- mil
+
+
+@pytest.mark.skipif(not mil_available(), reason="anetts.mil.load_program is not available")
+def test_mil_backend_runs_the_packages(model_dir, tts):
+    from anetts.runtime.audio import log_mel_similarity
+
+    mil = load(model_dir, backend="mil")
+    ours = mil.synthesize(phonemes=SHORT, voice="syn_a", seed=0)
+    ref = tts.synthesize(phonemes=SHORT, voice="syn_a", seed=0)
+    assert ours.audio.shape[0] == ours.durations.sum() * 600
+    # fp16 packages may move a rounding boundary of a duration by one frame, not more
+    if ours.durations.shape == ref.durations.shape:
+        assert np.abs(ours.durations - ref.durations).max() <= 1
+    assert log_mel_similarity(ours.audio, ref.audio)["log_mel_corr"] > 0.7
