@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
                        add_help=False)
     m.add_argument("args", nargs=argparse.REMAINDER)
     m.set_defaults(func=_run_mil)
+
+    i = sub.add_parser("inspect", help="op histogram, weights, I/O and static ANE lint of an .mlpackage "
+                                       "(anetts.build.inspect)", add_help=False)
+    i.add_argument("args", nargs=argparse.REMAINDER)
+    i.set_defaults(func=_inspect)
     return p
 
 
@@ -96,17 +101,25 @@ def _speak(args) -> int:
     return 0
 
 
-def _run_mil(args) -> int:
+def _delegate(module: str, command: str, argv: list[str]) -> int:
     try:
-        mil_cli = importlib.import_module("anetts.mil.cli")
+        sub_cli = importlib.import_module(module)
     except ImportError as e:
-        print(f"anetts run-mil: error: the MIL executor CLI (anetts.mil.cli) is not available: {e}", file=sys.stderr)
+        print(f"anetts {command}: error: {module} is not available: {e}", file=sys.stderr)
         return 1
     try:
-        rc = mil_cli.main(list(args.args))
+        rc = sub_cli.main(list(argv))
     except SystemExit as e:  # its argparse: usage errors and --help
         rc = e.code
     return int(rc or 0)
+
+
+def _run_mil(args) -> int:
+    return _delegate("anetts.mil.cli", "run-mil", args.args)
+
+
+def _inspect(args) -> int:
+    return _delegate("anetts.build.inspect", "inspect", args.args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     if argv[:1] == ["run-mil"]:  # pass everything through untouched, --help included
         return _run_mil(argparse.Namespace(args=argv[1:]))
+    if argv[:1] == ["inspect"]:
+        return _inspect(argparse.Namespace(args=argv[1:]))
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: usage errors (2) and --help (0) as a return code
