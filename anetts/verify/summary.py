@@ -57,15 +57,15 @@ def _snr_plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = [f"{r['stage']}\n{r['bucket']}" for r in rows]
     ax.bar(range(len(rows)), [r["mil_min_snr_db"] for r in rows], color="tab:blue")
     gate = rows[0]["gate"] if rows else {"min_snr_db": 35, "target_snr_db": 50}
     ax.axhline(gate["min_snr_db"], color="tab:red", ls="--", label=f"gate {gate['min_snr_db']} dB")
     ax.axhline(gate["target_snr_db"], color="tab:green", ls=":", label=f"target {gate['target_snr_db']} dB")
-    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=90)
     ax.set_ylabel("worst-output SNR (dB)")
-    ax.set_title("MIL executor (fp16 program) vs upstream eager fp32")
+    ax.set_title("package (MIL reference executor) vs upstream eager fp32, per stage and bucket")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
