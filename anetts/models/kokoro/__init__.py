@@ -38,5 +38,5 @@ FAMILY = Family(
                   _HERE / "data" / "weight_stats.json", _HERE / "data" / "example_phonemes.txt"),
     make_reference=_make_reference,
     host_params=_weights.host_dsp_params,
-    reference_code=(_HERE / "reference.py", _HERE / "data" / "example_phonemes.txt"),
+    reference_code=(_HERE / "reference.py", _HERE / "dsp.py", _HERE / "data" / "example_phonemes.txt"),
 )

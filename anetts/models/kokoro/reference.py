@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from anetts.models.kokoro.dsp import KOKORO
 from anetts.models.kokoro.presets import DATA_DIR
 
 # Fraction of a bucket that example inputs fill: realistic, and leaves padding to test masks.
 FILL = 0.75
-FRAMES_PER_SECOND = 40
 
 
 def example_phonemes() -> str:
@@ -80,7 +80,7 @@ def example_for_seconds(model, weights_dir: Path, seconds: int, voice_name: str,
     from anetts.models.kokoro.weights import list_voices, load_voice
 
     voice = load_voice(weights_dir, voice_name if voice_name in list_voices(weights_dir) else list_voices(weights_dir)[0])
-    capacity = seconds * FRAMES_PER_SECOND
+    capacity = KOKORO.frames(seconds)
     n_tokens = min(510, max(4, int(FILL * capacity / 2.8)))
     while True:
         ids = example_token_ids(model.vocab, n_tokens)

@@ -5,13 +5,9 @@ from pathlib import Path
 
 import numpy as np
 
+from anetts.models.kokoro.dsp import KOKORO
 from anetts.stage import Stage
 
-# Kokoro geometry (kokoro.md §4): 40 duration frames/s, 600 samples per frame at 24 kHz.
-FRAMES_PER_SECOND = 40
-SAMPLES_PER_FRAME = 600
-SAMPLE_RATE = 24000
-STFT_HOP = 5
 EXAMPLE_VOICE = "af_heart"  # falls back to the first voice present (synthetic packs are syn_*)
 
 _THIS_DIR = Path(__file__).parent
@@ -19,13 +15,13 @@ _KOKORO_DIR = _THIS_DIR.parent
 
 
 def seconds_geometry(seconds: int) -> dict[str, int]:
-    frames = FRAMES_PER_SECOND * seconds
+    # one geometry for build and runtime: dsp.KOKORO (kokoro.md §4)
     return {
         "seconds": seconds,
-        "frames": frames,  # alignment frames (asr, en, mask)
-        "f0_frames": 2 * frames,  # F0, N, x_pre
-        "har_frames": 2 * frames * 60 + 1,  # STFT frames of the source at hop 5, centred
-        "samples": frames * SAMPLES_PER_FRAME,
+        "frames": KOKORO.frames(seconds),  # alignment frames (asr, en, mask)
+        "f0_frames": KOKORO.f0_frames(seconds),  # F0, N, x_pre
+        "har_frames": KOKORO.har_len(seconds),  # STFT frames of the source at hop 5, centred
+        "samples": KOKORO.samples(seconds),
     }
 
 
@@ -42,7 +38,7 @@ class KokoroStage(Stage):
         return {"tokens": size} if self.bucket_unit == "tokens" else seconds_geometry(size)
 
     def source_files(self) -> list[Path]:
-        files = [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py"]
+        files = [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py", _KOKORO_DIR / "dsp.py"]
         # stages that build their own examples (not from the shared reference run) use reference.py
         return files if self.uses_reference else files + [_KOKORO_DIR / "reference.py"]
 
