@@ -128,7 +128,8 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
         mlmodel.save(str(tmp_pkg))
         io = package_io(tmp_pkg)
         _check_io(spec, io, tmp_pkg)
-        lint = inspect_package(tmp_pkg)["lint"]
+        info = inspect_package(tmp_pkg)
+        lint = info["lint"]
         apply_lint_policy(lint, options.fatal_lint)
         report = {
             "stage": spec.stage,
@@ -141,7 +142,7 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
             "precision": options.precision,
             "compute_units": options.compute_units,
             **io,
-            "ops": op_histogram(tmp_pkg),
+            "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
             "linear_rewrite": rewrite.report(),
             "lint": lint,
             "seconds": {"convert": round(t1 - t0, 3), "total": round(time.perf_counter() - t0, 3)},
@@ -164,20 +165,6 @@ def _check_io(spec: BucketSpec, io: dict, package: Path) -> None:
         raise ConversionError(f"{package}: outputs {got_out} do not match the export spec {want_out}")
 
 
-def _walk_ops(block, counts: dict) -> None:
-    for op in block.operations:
-        counts[op.type] = counts.get(op.type, 0) + 1
-        for nested in op.blocks:
-            _walk_ops(nested, counts)
-
-
 def op_histogram(package: Path) -> dict[str, dict[str, int]]:
-    """Op type counts per function of a saved ML Program."""
-    spec = _ct().utils.load_spec(str(package))
-    hist = {}
-    for fname, fn in spec.mlProgram.functions.items():
-        counts: dict[str, int] = {}
-        for block in fn.block_specializations.values():
-            _walk_ops(block, counts)
-        hist[fname] = dict(sorted(counts.items()))
-    return hist
+    """Op type counts per function of a saved ML Program (the inspect walker, nested blocks included)."""
+    return {name: fn["ops"] for name, fn in inspect_package(package)["functions"].items()}
