@@ -1,18 +1,11 @@
 """Shared fixtures: tiny synthetic weights and one small end-to-end workflow build."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "workflow_scripts", "anetts")
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+from workflow_helpers import make_workflow_copy, run_snakemake, small_config
 
 
 @pytest.fixture(scope="session")
@@ -30,38 +23,6 @@ def tiny_model(tiny_weights):
     from anetts.families import get_family
 
     return get_family("kokoro").load_model(tiny_weights)
-
-
-def small_config(weights_dir: Path | None = None, **stage_buckets) -> dict:
-    """The repo config cut to kokoro-tiny with one small bucket per stage."""
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    buckets = {"duration": [32], "f0ntrain": [3], "decoder_pre": [3], "generator": [3], **stage_buckets}
-    for stage, sizes in buckets.items():
-        cfg["families"]["kokoro"]["stages"][stage]["buckets"] = sizes
-    if weights_dir is not None:  # reuse the session's weights instead of synthesizing again
-        cfg["models"]["kokoro-tiny"]["weights"] = {"source": "local", "path": str(weights_dir), "voices": ["syn_a", "syn_b"]}
-    return cfg
-
-
-def make_workflow_copy(dest: Path, config: dict) -> Path:
-    """A self-contained copy of the workflow (incl. the anetts package) that tests may edit."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in WORKFLOW_FILES:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dest / name)
-    (dest / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    return dest
-
-
-def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(workdir))
-    proc = subprocess.run([*SNAKEMAKE, "--cores", "2", *args], cwd=workdir, env=env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import yaml
 
 from anetts.artifacts import tree_sha256
 
-from conftest import make_workflow_copy, run_snakemake, small_config
+from workflow_helpers import make_workflow_copy, run_snakemake, small_config
 
 MODEL = "kokoro-tiny"
 # what one changed stage/bucket reruns: its own chain, its stage's bundle, and the model-wide outputs
