@@ -22,26 +22,36 @@ _VAR_PRESCALE = 8.0
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-def masked_instance_norm(x: torch.Tensor, m: torch.Tensor, weight, bias, eps: float) -> torch.Tensor:
-    """InstanceNorm1d over the valid frames only (biased variance, like torch)."""
-    # ratio of means, not sums: sums over 144k frames overflow fp16, means do not
+def _masked_centred(x: torch.Tensor, m: torch.Tensor, eps: float, x_masked: bool):
+    """(x - mean)/prescale on valid frames (0 on padding) and the matching 1/std, per channel.
+
+    Ratio of means, not sums: sums over 144k frames overflow fp16, means do not. `x_masked`
+    says x is already 0 on padding, which saves one full-size multiply.
+    """
     frac = m.mean(-1, keepdim=True)
-    mean = (x * m).mean(-1, keepdim=True) / frac
-    centred = (x - mean) * m / _VAR_PRESCALE
+    mean = (x if x_masked else x * m).mean(-1, keepdim=True) / frac
+    centred = (x - mean).mul_(m * (1.0 / _VAR_PRESCALE))
     var_scaled = (centred * centred).mean(-1, keepdim=True) / frac
-    y = centred * torch.rsqrt(var_scaled + eps / _VAR_PRESCALE**2)
-    if weight is not None:
-        y = y * weight.view(1, -1, 1) + bias.view(1, -1, 1)
-    return y
+    return centred, torch.rsqrt(var_scaled + eps / _VAR_PRESCALE**2)
 
 
-def adain(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Upstream `AdaIN1d.forward` with masked statistics; padded frames come out zero."""
+def adain(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor, x_masked: bool = False) -> torch.Tensor:
+    """Upstream `AdaIN1d.forward` with masked statistics; padded frames come out zero.
+
+    Norm, affine and style fold into one per-channel scale and shift, so the full-size work is
+    the statistics plus `centred * scale + shift * m` (the generator runs this 48 times at 24 kHz).
+    In-place ops only touch fresh temporaries (CoreML converts them as the functional op); on the
+    torch backend they save a 100+ MB allocation each at the 30 s bucket.
+    """
     h = block.fc(s).unsqueeze(-1)
     gamma, beta = torch.chunk(h, chunks=2, dim=1)
     norm = block.norm
-    x = masked_instance_norm(x, m, norm.weight if norm.affine else None, norm.bias if norm.affine else None, norm.eps)
-    return ((1 + gamma) * x + beta) * m
+    centred, rstd = _masked_centred(x, m, norm.eps, x_masked)
+    scale, shift = rstd * (1 + gamma), beta
+    if norm.affine:
+        shift = norm.bias.view(1, -1, 1) * (1 + gamma) + beta
+        scale = scale * norm.weight.view(1, -1, 1)
+    return centred.mul_(scale).add_(shift * m)
 
 
 def upsample_mask(m: torch.Tensor, factor: int) -> torch.Tensor:
@@ -71,16 +81,22 @@ def _reciprocal(a: torch.Tensor) -> torch.Tensor:
     return torch.ones_like(a) / a
 
 
+def _snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """Snake1D x + sin(αx)²/α; maps 0 to 0, so a masked input stays masked."""
+    return (alpha * x).sin_().pow_(2).mul_(_reciprocal(alpha)).add_(x)
+
+
 def adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Upstream istftnet `AdaINResBlock1.forward` (Snake activations, dilated convs)."""
+    """Upstream istftnet `AdaINResBlock1.forward` (Snake activations, dilated convs).
+
+    x must be 0 on padding. AdaIN outputs are 0 on padding and Snake keeps them so, so the convs'
+    inputs need no mask; the convs' outputs do (bias and kernel spill), via the next AdaIN's
+    statistics and the residual sum.
+    """
     for c1, c2, n1, n2, a1, a2 in zip(block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2):
-        xt = adain(n1, x, s, m)
-        xt = xt + _reciprocal(a1) * (torch.sin(a1 * xt) ** 2)
-        xt = c1(xt * m)
-        xt = adain(n2, xt, s, m)
-        xt = xt + _reciprocal(a2) * (torch.sin(a2 * xt) ** 2)
-        xt = c2(xt * m)
-        x = (xt + x) * m
+        xt = c1(_snake(adain(n1, x, s, m, x_masked=True), a1))
+        xt = c2(_snake(adain(n2, xt.mul_(m), s, m, x_masked=True), a2))
+        x = xt.add_(x).mul_(m)
     return x
 
 

@@ -73,16 +73,16 @@ class GeneratorModule(nn.Module):
             if i == last:  # the reflection pad prepends one frame, which is valid
                 m_up = torch.cat([m_up[..., :1], m_up], dim=-1)
             x = F.leaky_relu(x, negative_slope=0.1)
-            x_source = masked.adain_resblock1(noise_res, noise_conv(har) * m_up, s, m_up)
-            x = up(x * m)
+            x_source = masked.adain_resblock1(noise_res, noise_conv(har).mul_(m_up), s, m_up)
+            x = up(x)  # x is 0 on padding (masked resblock outputs; leaky_relu(0) = 0)
             if i == last:
                 x = self.reflection_pad(x)
-            x = (x + x_source) * m_up
+            x = x.add_(x_source).mul_(m_up)  # in place on fresh conv outputs (see masked.adain)
             xs = masked.adain_resblock1(self.resblocks[i * self.num_kernels], x, s, m_up)
             for j in range(1, self.num_kernels):
-                xs = xs + masked.adain_resblock1(self.resblocks[i * self.num_kernels + j], x, s, m_up)
-            x, m = xs / self.num_kernels, m_up
-        x = self.conv_post(F.leaky_relu(x) * m)
+                xs = xs.add_(masked.adain_resblock1(self.resblocks[i * self.num_kernels + j], x, s, m_up))
+            x, m = xs.div_(self.num_kernels), m_up
+        x = self.conv_post(F.leaky_relu(x))
         bins = self.post_n_fft // 2 + 1
         spec, phase = torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :])
         waveform = self.istft(spec, phase, m)
