@@ -14,7 +14,6 @@ include: "rules/reference.smk"
 include: "rules/export.smk"
 include: "rules/convert.smk"
 include: "rules/parity.smk"
-include: "rules/inspect.smk"
 include: "rules/bundle.smk"
 include: "rules/manifest.smk"
 

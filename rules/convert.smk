@@ -1,5 +1,5 @@
 rule convert:
-    """TorchScript → ML Program .mlpackage (fp16 compute, fp32/int32 I/O) + a JSON report."""
+    """TorchScript → ML Program .mlpackage (fp16 compute, fp32/int32 I/O) + a JSON report + its inspect JSON."""
     input:
         torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
         export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
@@ -7,6 +7,8 @@ rule convert:
     output:
         package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
         report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        # op histogram, weight bytes, I/O and the ANE lint (`anetts inspect --json` of the package)
+        inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
     params:
         options=lambda w: WF.convert_options(w.model, w.stage),
         model_meta=lambda w: WF.model_meta(w.model),

@@ -10,6 +10,8 @@ rule export:
         torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
         example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
         report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        # eager (parity's reference) and traced outputs on the example inputs
+        outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
     params:
         size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
         family=lambda w: WF.family_of(w.model),

@@ -1,10 +1,14 @@
 rule parity:
-    """Upstream eager fp32 vs traced export vs the package (MIL executor; CoreML on macOS), gated."""
+    """Upstream eager fp32 vs traced export vs the package (MIL executor; CoreML on macOS), gated.
+
+    The eager and traced outputs come from the export job (same inputs), so this job loads
+    neither the model nor the TorchScript: one executor run per package.
+    """
     input:
-        weights="artifacts/{model}/weights",
         package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
         example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
+        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
+        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
         code=WF.parity_code(),
     output:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",

@@ -18,7 +18,7 @@ META = {"model": "kokoro-tiny", "family": "kokoro", "source": "synthetic", "revi
 def exported_duration(tiny_weights, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("export")
     export_stage(FAMILY, "duration", 32, tiny_weights, out / "t32.pt", out / "t32.inputs.npz", out / "t32.export.json",
-                 model=tiny_model)
+                 out / "t32.outputs.npz", model=tiny_model)
     return out
 
 
@@ -26,6 +26,11 @@ def test_export_writes_checked_trace(exported_duration):
     report = json.loads((exported_duration / "t32.export.json").read_text())
     assert report["spec"]["bucket"] == "t32"
     assert set(report["trace_vs_eager"]) == {"pred_dur", "d", "t_en", "s", "ref_s_out"}
+    import numpy as np
+
+    with np.load(exported_duration / "t32.outputs.npz") as z:  # parity's reference, stored once
+        assert set(z.files) == {f"{k}/{n}" for k in ("eager", "traced") for n in report["trace_vs_eager"]}
+        assert (z["eager/pred_dur"] == z["traced/pred_dur"]).all()
 
 
 def test_trace_mismatch_fails_and_leaves_nothing(tiny_weights, tiny_model, tmp_path, monkeypatch):
@@ -48,7 +53,7 @@ def test_trace_mismatch_fails_and_leaves_nothing(tiny_weights, tiny_model, tmp_p
     monkeypatch.setattr(stage, "build", unstable)
     with pytest.raises(ExportError, match="traced output d differs"):
         export_stage(FAMILY, "duration", 32, tiny_weights, tmp_path / "t32.pt", tmp_path / "t32.inputs.npz",
-                     tmp_path / "t32.export.json", model=tiny_model)
+                     tmp_path / "t32.export.json", tmp_path / "t32.outputs.npz", model=tiny_model)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -44,28 +44,33 @@ def f0ntrain_packages(tiny_weights, tiny_model, tmp_path_factory):
         perturbed.predictor.N_proj.weight.mul_(1.3)
     for name, model in (("good", tiny_model), ("bad", perturbed)):
         export_stage(FAMILY, "f0ntrain", 3, tiny_weights, out / f"{name}.pt", out / f"{name}.inputs.npz",
-                     out / f"{name}.export.json", model=model, reference=out / "ref.npz")
+                     out / f"{name}.export.json", out / f"{name}.outputs.npz", model=model, reference=out / "ref.npz")
         convert_package(out / f"{name}.pt", out / f"{name}.export.json", out / f"{name}.mlpackage",
                         out / f"{name}.json", ConvertOptions(), META)
     return out
 
 
-def test_good_package_passes_gate(f0ntrain_packages, tiny_weights, tiny_model, tmp_path):
+def _parity(d, package: str):
+    """Score a package against the good export's eager reference (what the DAG's parity job does)."""
+    return run_parity(FAMILY, "f0ntrain", 3, d / package, d / "good.inputs.npz", d / "good.outputs.npz",
+                      d / "good.export.json", Gate())
+
+
+def test_good_package_passes_gate(f0ntrain_packages, tmp_path):
     d = f0ntrain_packages
-    report = run_parity(FAMILY, "f0ntrain", 3, tiny_weights, d / "good.mlpackage", d / "good.pt",
-                        d / "good.inputs.npz", Gate(), model=tiny_model)
+    report = _parity(d, "good.mlpackage")
     assert report["passed"], json.dumps(report["backends"], indent=1)[:2000]
     assert report["backends"]["torch_trace"]["min_snr_db"] > 80
     assert report["backends"]["mil"]["min_snr_db"] >= 35
     assert "skipped" in report["backends"]["coreml"]  # Linux
+    assert report["eager_seconds"] > 0 and report["mil_vs_eager_time_ratio"] > 0
     check_parity(report, tmp_path / "3s.json")
     assert json.loads((tmp_path / "3s.json").read_text())["passed"]
 
 
-def test_perturbed_package_is_rejected(f0ntrain_packages, tiny_weights, tiny_model, tmp_path):
+def test_perturbed_package_is_rejected(f0ntrain_packages, tmp_path):
     d = f0ntrain_packages
-    report = run_parity(FAMILY, "f0ntrain", 3, tiny_weights, d / "bad.mlpackage", d / "bad.pt",
-                        d / "bad.inputs.npz", Gate(), model=tiny_model)
+    report = _parity(d, "bad.mlpackage")
     assert not report["passed"]
     assert report["backends"]["mil"]["min_snr_db"] < 35
     with pytest.raises(ParityError, match="f0ntrain/3s failed its parity gate"):

@@ -9,6 +9,6 @@ from anetts.verify.parity import Gate, check_parity, run_parity
 
 inp = snakemake.input
 report = run_parity(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size,
-                    inp.weights, inp.package, inp.torchscript, inp.example_inputs, Gate(**snakemake.params.gate),
+                    inp.package, inp.example_inputs, inp.export_outputs, inp.export_report, Gate(**snakemake.params.gate),
                     compute_units=snakemake.params.compute_units)
 check_parity(report, snakemake.output.report, snakemake.output.arrays)

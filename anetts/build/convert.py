@@ -69,9 +69,14 @@ def package_io(package: Path) -> dict:
 
 
 def convert_package(torchscript: Path, export_json: Path, out_package: Path, out_report: Path,
-                    options: ConvertOptions, model_meta: dict) -> dict:
-    """Convert, check and save. `model_meta`: model, family, source, revision."""
-    clear_outputs(out_package, out_report)
+                    options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
+    """Convert, check and save. `model_meta`: model, family, source, revision.
+
+    `out_inspect`: also write the package's inspect JSON (`anetts inspect --json`); the walk is
+    needed here anyway for the lint, and a separate job per package would re-import coremltools.
+    """
+    outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
+    clear_outputs(*outs)
     ct = _ct()
     import torch
 
@@ -124,7 +129,8 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
     }
     mlmodel.user_defined_metadata.update(meta)
 
-    with atomic_outputs(out_package, out_report) as (tmp_pkg, tmp_report):
+    with atomic_outputs(*outs) as tmps:
+        tmp_pkg, tmp_report = tmps[:2]
         mlmodel.save(str(tmp_pkg))
         io = package_io(tmp_pkg)
         _check_io(spec, io, tmp_pkg)
@@ -150,6 +156,8 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
             "provenance": provenance(),
         }
         write_json(tmp_report, report)
+        if out_inspect is not None:
+            write_json(tmps[2], {**info, "package": str(out_package)})
     log.info("converted %s/%s in %.1fs", spec.stage, spec.bucket, report["seconds"]["total"])
     return report
 

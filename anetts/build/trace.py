@@ -3,6 +3,8 @@
 Outputs (written atomically, nothing is left behind on failure):
     <bucket>.pt            TorchScript
     <bucket>.inputs.npz    the example inputs it was traced with
+    <bucket>.outputs.npz   eager wrapper outputs (`eager/<name>`, parity's fp32 reference) and the
+                           traced module's (`traced/<name>`), so parity runs neither again
     <bucket>.export.json   bucket spec, trace-vs-eager errors, timings, provenance
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ def write_reference(family: Family, size: int, weights_dir: Path, out: Path) -> 
 
 
 def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, model=None, reference: Path | None = None):
-    """Returns (traced module, example inputs, spec, report dict)."""
+    """Returns (traced module, example inputs, spec, report dict, outputs {eager/<name>, traced/<name>})."""
     stage = family.stage(stage_name)
     spec: BucketSpec = stage.spec(size)
     t0 = time.perf_counter()
@@ -67,7 +69,9 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         eager = _as_tuple(wrapper(*args))
+        t_eager = time.perf_counter()
         traced = torch.jit.trace(wrapper, args, check_trace=False, strict=False)
+        t_traced = time.perf_counter()
         replay = _as_tuple(traced(*args))
     t2 = time.perf_counter()
     if len(eager) != len(spec.outputs):
@@ -85,20 +89,26 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
     report = {
         "spec": spec.to_json(),
         "trace_vs_eager": errors,
-        "seconds": {"prepare": round(t1 - t0, 3), "trace": round(t2 - t1, 3)},
+        # eager_forward: one (first) call of the eager wrapper, the baseline of parity's time ratios
+        "seconds": {"prepare": round(t1 - t0, 3), "trace": round(t2 - t1, 3),
+                    "eager_forward": round(t_eager - t1, 4), "traced_forward": round(t2 - t_traced, 4)},
         "provenance": provenance(),
     }
-    return traced, inputs, spec, report
+    outputs = {f"{kind}/{t.name}": o.numpy() for kind, outs in (("eager", eager), ("traced", replay))
+               for t, o in zip(spec.outputs, outs)}
+    return traced, inputs, spec, report, outputs
 
 
 def export_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
-                 out_pt: Path, out_inputs: Path, out_json: Path, model=None, reference: Path | None = None) -> dict:
-    clear_outputs(out_pt, out_inputs, out_json)
-    traced, inputs, spec, report = trace_stage(family, stage_name, size, weights_dir, model, reference)
-    with atomic_outputs(out_pt, out_inputs, out_json) as (tmp_pt, tmp_inputs, tmp_json):
+                 out_pt: Path, out_inputs: Path, out_json: Path, out_outputs: Path,
+                 model=None, reference: Path | None = None) -> dict:
+    clear_outputs(out_pt, out_inputs, out_json, out_outputs)
+    traced, inputs, spec, report, outputs = trace_stage(family, stage_name, size, weights_dir, model, reference)
+    with atomic_outputs(out_pt, out_inputs, out_json, out_outputs) as (tmp_pt, tmp_inputs, tmp_json, tmp_outputs):
         torch.jit.save(traced, str(tmp_pt))
-        with open(tmp_inputs, "wb") as f:
-            np.savez(f, **inputs)
+        for path, arrays in ((tmp_inputs, inputs), (tmp_outputs, outputs)):
+            with open(path, "wb") as f:
+                np.savez(f, **arrays)
         write_json(tmp_json, report)
     log.info("exported %s/%s (%s)", stage_name, spec.bucket, report["seconds"])
     return report
