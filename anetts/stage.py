@@ -9,10 +9,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # only for annotations: the runtime reads TensorSpecs without importing torch
+    import torch
 
 DTYPES = {"float32": np.float32, "int32": np.int32}
 
@@ -28,12 +30,16 @@ class TensorSpec:
         if self.dtype not in DTYPES:
             raise ValueError(f"tensor {self.name}: unsupported dtype {self.dtype!r}")
 
+    @property
+    def np_dtype(self):
+        return DTYPES[self.dtype]
+
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "description": self.description}
 
     @classmethod
     def from_json(cls, d: dict) -> "TensorSpec":
-        return cls(d["name"], tuple(d["shape"]), d["dtype"], d.get("description", ""))
+        return cls(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]), d.get("description", ""))
 
     def check(self, array: np.ndarray, where: str) -> None:
         """Raise naming this input when `array` does not match the spec."""

@@ -17,31 +17,18 @@ import numpy as np
 
 from anetts.artifacts import tree_sha256
 from anetts.runtime.errors import ArtifactError, IntegrityError
+from anetts.stage import TensorSpec
 
 MANIFEST_NAME = "manifest.json"
 KOKORO_STAGES = ("duration", "f0ntrain", "decoder_pre", "generator")
-_NP_DTYPES = {"float32": np.float32, "int32": np.int32, "float16": np.float16}
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def np_dtype(self):
-        return _NP_DTYPES[self.dtype]
-
-    @classmethod
-    def from_json(cls, d: dict, where: str) -> "TensorInfo":
-        try:
-            info = cls(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ArtifactError(f"{where}: bad tensor entry {d!r} ({e})") from e
-        if info.dtype not in _NP_DTYPES:
-            raise ArtifactError(f"{where}: tensor {info.name} has unsupported dtype {info.dtype!r}")
-        return info
+def _tensor(d: dict, where: str) -> TensorSpec:
+    """A manifest I/O entry as the build's own TensorSpec; a malformed one is an ArtifactError."""
+    try:
+        return TensorSpec.from_json(d)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"{where}: bad tensor entry {d!r} ({e})") from e
 
 
 @dataclass(frozen=True)
@@ -53,8 +40,8 @@ class PackageEntry:
     function: str
     path: Path  # the .mlpackage
     sha256: str
-    inputs: tuple[TensorInfo, ...]
-    outputs: tuple[TensorInfo, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     geometry: dict[str, int]
     compute_units: str | None
     torchscript: Path | None
@@ -78,7 +65,7 @@ class PackageEntry:
         """40 Hz duration frames of a seconds bucket."""
         return int(self.geometry["frames"])
 
-    def input(self, name: str) -> TensorInfo:
+    def input(self, name: str) -> TensorSpec:
         for t in self.inputs:
             if t.name == name:
                 return t
@@ -169,8 +156,8 @@ class ModelArtifacts:
             function=str(p.get("function", "main")),
             path=pkg,
             sha256=str(_require(p, "sha256", where)),
-            inputs=tuple(TensorInfo.from_json(t, where) for t in _require(p, "inputs", where)),
-            outputs=tuple(TensorInfo.from_json(t, where) for t in _require(p, "outputs", where)),
+            inputs=tuple(_tensor(t, where) for t in _require(p, "inputs", where)),
+            outputs=tuple(_tensor(t, where) for t in _require(p, "outputs", where)),
             geometry={k: int(v) for k, v in _require(p, "geometry", where).items()},
             compute_units=p.get("compute_units"),
             torchscript=model_dir / ts_rel if ts_rel else None,
