@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-SAMPLE_RATE = 24000
+from anetts.models.kokoro.dsp import SAMPLE_RATE
 
 
 def _hz_to_mel(f):

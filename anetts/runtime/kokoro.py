@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, make_har
+from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, make_har, pad_last
 from anetts.runtime.backends import StageRunner
 from anetts.runtime.errors import ArtifactError, InputError, TTSError
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
@@ -135,19 +135,6 @@ def _validate_speed(speed) -> float:
     if isinstance(speed, bool) or not isinstance(speed, numbers.Real) or not math.isfinite(speed) or not lo <= speed <= hi:
         raise InputError(f"speed must be a number in [{lo:g}, {hi:g}], got {speed!r}")
     return float(speed)
-
-
-def _frame_mask(n_valid: int, length: int) -> np.ndarray:
-    m = np.zeros((1, 1, length), np.float32)
-    m[..., :n_valid] = 1.0
-    return m
-
-
-def _pad_to(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Zero-pad ``a``'s last axis to ``shape`` (other axes must already match)."""
-    out = np.zeros(shape, np.float32)
-    out[..., : a.shape[-1]] = a
-    return out
 
 
 def _split_phonemes(ps: str) -> tuple[str, str] | None:
@@ -355,25 +342,25 @@ class KokoroRuntime:
             en, _ = align(d["d"].transpose(0, 2, 1), pred_dur, n, f0e.input("en").shape[-1])
             asr, _ = align(d["t_en"], pred_dur, n, dpe.input("asr").shape[-1])
         with timings("f0ntrain"):
-            f = run("f0ntrain", f0e.bucket, {"en": en, "s": d["s"], "mask": _frame_mask(frames, f0e.input("mask").shape[-1])})
+            f = run("f0ntrain", f0e.bucket, {"en": en, "s": d["s"], "mask": frame_mask(frames, f0e.input("mask").shape[-1])})
         f0, noise = f["F0_pred"][:, :f2], f["N_pred"][:, :f2]
         with timings("decoder_pre"):
             x_pre = run("decoder_pre", dpe.bucket, {
                 "asr": asr,
-                "f0": _pad_to(f0[:, None, :], dpe.input("f0").shape),
-                "n_input": _pad_to(noise[:, None, :], dpe.input("n_input").shape),
+                "f0": pad_last(f0[:, None, :], dpe.input("f0").shape[-1]),
+                "n_input": pad_last(noise[:, None, :], dpe.input("n_input").shape[-1]),
                 "ref_s": ref_s,
-                "mask": _frame_mask(frames, dpe.input("mask").shape[-1]),
+                "mask": frame_mask(frames, dpe.input("mask").shape[-1]),
             })["x_pre"][:, :, :f2]
         with timings("har"):
             draws = SourceDraws.sample(frames * SAMPLES_PER_FRAME, rng)
             har = make_har(f0[0], A.l_linear_weight, A.l_linear_bias, draws, gen.input("har").shape[-1])
         with timings("generator"):
             wav = run("generator", gen.bucket, {
-                "x_pre": _pad_to(x_pre, gen.input("x_pre").shape),
+                "x_pre": pad_last(x_pre, gen.input("x_pre").shape[-1]),
                 "ref_s": ref_s,
                 "har": har,
-                "mask": _frame_mask(f2, gen.input("mask").shape[-1]),
+                "mask": frame_mask(f2, gen.input("mask").shape[-1]),
             })["waveform"]
         audio = np.ascontiguousarray(wav.reshape(-1)[: frames * SAMPLES_PER_FRAME], dtype=np.float32)
         if not np.isfinite(audio).all():

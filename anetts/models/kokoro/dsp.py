@@ -94,6 +94,22 @@ class KokoroGeometry:
 KOKORO = KokoroGeometry()
 
 
+def frame_mask(n_valid: int, length: int) -> np.ndarray:
+    """(1, 1, length) float32 validity mask: 1 for the first n_valid frames, 0 for bucket padding."""
+    m = np.zeros((1, 1, length), np.float32)
+    m[..., :n_valid] = 1.0
+    return m
+
+
+def pad_last(a: np.ndarray, length: int) -> np.ndarray:
+    """Zero-pad (or reject) the last axis to `length`."""
+    if a.shape[-1] > length:
+        raise ValueError(f"array of length {a.shape[-1]} does not fit bucket length {length}")
+    out = np.zeros(a.shape[:-1] + (length,), np.float32)
+    out[..., : a.shape[-1]] = a
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # 1. Alignment
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from anetts.models.kokoro.dsp import KOKORO
 from anetts.stage import Stage
 
@@ -41,18 +39,3 @@ class KokoroStage(Stage):
         files = [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py", _KOKORO_DIR / "dsp.py"]
         # stages that build their own examples (not from the shared reference run) use reference.py
         return files if self.uses_reference else files + [_KOKORO_DIR / "reference.py"]
-
-
-def frame_mask(n_valid: int, length: int) -> np.ndarray:
-    m = np.zeros((1, 1, length), np.float32)
-    m[..., :n_valid] = 1.0
-    return m
-
-
-def pad_last(a: np.ndarray, length: int) -> np.ndarray:
-    """Zero-pad (or reject) the last axis to `length`."""
-    if a.shape[-1] > length:
-        raise ValueError(f"array of length {a.shape[-1]} does not fit bucket length {length}")
-    out = np.zeros(a.shape[:-1] + (length,), np.float32)
-    out[..., : a.shape[-1]] = a
-    return out

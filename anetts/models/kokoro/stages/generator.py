@@ -18,7 +18,8 @@ from torch import nn
 
 from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
-from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage, frame_mask, pad_last
+from anetts.models.kokoro.dsp import frame_mask, pad_last
+from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
 from anetts.stage import BucketSpec, TensorSpec
 
 
