@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_run_mil)
 
     i = sub.add_parser("inspect", help="op histogram, weights, I/O and static ANE lint of an .mlpackage "
-                                       "(anetts.build.inspect)", add_help=False)
+                                       "(anetts.compile.inspect)", add_help=False)
     i.add_argument("args", nargs=argparse.REMAINDER)
     i.set_defaults(func=_inspect)
     return p
@@ -119,7 +119,7 @@ def _run_mil(args) -> int:
 
 
 def _inspect(args) -> int:
-    return _delegate("anetts.build.inspect", "inspect", args.args)
+    return _delegate("anetts.compile.inspect", "inspect", args.args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from anetts.build.convert import ConvertOptions, convert_package
-from anetts.build.trace import export_stage, write_reference
+from anetts.compile.convert import ConvertOptions, convert_package
+from anetts.compile.trace import export_stage, write_reference
 from anetts.families import get_family
 from anetts.verify.metrics import PERFECT_DB, compare, exact_match_fraction
 from anetts.verify.parity import Gate, ParityError, check_parity, run_parity

@@ -6,7 +6,7 @@ from _glue import setup
 
 log = setup(snakemake)
 from anetts.artifacts import atomic_outputs, write_json
-from anetts.build.bundle import bundle_packages, function_name
+from anetts.compile.bundle import bundle_packages, function_name
 
 buckets = list(snakemake.params.buckets)
 report = bundle_packages({function_name(b): Path(p) for b, p in zip(buckets, snakemake.input.packages)},

@@ -4,7 +4,7 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake)
-from anetts.build.convert import ConvertOptions, convert_package
+from anetts.compile.convert import ConvertOptions, convert_package
 
 convert_package(snakemake.input.torchscript, snakemake.input.export_report, snakemake.output.package,
                 snakemake.output.report, ConvertOptions(**{**snakemake.params.options, "fatal_lint": tuple(snakemake.params.options["fatal_lint"])}), dict(snakemake.params.model_meta),

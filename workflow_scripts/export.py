@@ -4,7 +4,7 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake)
-from anetts.build.trace import export_stage
+from anetts.compile.trace import export_stage
 from anetts.families import get_family
 
 out = snakemake.output

@@ -4,7 +4,7 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake)
-from anetts.build.manifest import write_manifest
+from anetts.compile.manifest import write_manifest
 
 inp = snakemake.input
 write_manifest(snakemake.output[0], inp.weights, inp.reports, inp.packages, inp.torchscripts, inp.parity,

@@ -166,7 +166,7 @@ def check_bundle_parity(family: Family, stage_name: str, sizes: dict[str, int], 
     The reference is the upstream eager output already stored by each bucket's `parity` job, so
     the bundle costs one executor run per function and no second eager run.
     """
-    from anetts.build.bundle import function_name
+    from anetts.compile.bundle import function_name
     from anetts.mil import load_program
 
     stage = family.stage(stage_name)

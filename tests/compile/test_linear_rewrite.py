@@ -1,4 +1,4 @@
-"""Linear -> Conv rewrite (anetts.build.rewrite) on tiny converted modules."""
+"""Linear -> Conv rewrite (anetts.compile.rewrite) on tiny converted modules."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from anetts.build.convert import op_histogram
-from anetts.build.rewrite import (LINEAR_VARIANTS, RewriteError, count_linear, make_pass_pipeline,
+from anetts.compile.convert import op_histogram
+from anetts.compile.rewrite import (LINEAR_VARIANTS, RewriteError, count_linear, make_pass_pipeline,
                                   rewrite_package)
 
 
@@ -177,8 +177,8 @@ def test_rewrite_saved_package(packages, tmp_path, variant, load_program):
 
 
 def test_rewrite_multifunction_package_keeps_weight_sharing(packages, tmp_path, load_program):
-    from anetts.build.bundle import bundle_packages
-    from anetts.build.inspect import inspect_package
+    from anetts.compile.bundle import bundle_packages
+    from anetts.compile.inspect import inspect_package
 
     src = packages[0]["none"]
     bundle = tmp_path / "bundle.mlpackage"

@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, tree_sha256
-from anetts.build.inspect import (BlobFile, _function_blocks, _resolve_blob_path, _walk, fp16_bytes,
+from anetts.compile.inspect import (BlobFile, _function_blocks, _resolve_blob_path, _walk, fp16_bytes,
                                   function_io, function_weights, load_spec, package_files)
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use

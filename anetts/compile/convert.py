@@ -18,8 +18,8 @@ import numpy as np
 
 from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
-from anetts.build.inspect import apply_lint_policy, inspect_package
-from anetts.build.rewrite import LinearRewrite
+from anetts.compile.inspect import apply_lint_policy, inspect_package
+from anetts.compile.rewrite import LinearRewrite
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec
 
@@ -38,8 +38,8 @@ class ConvertOptions:
     deployment_target: str = "macOS13"  # a coremltools.target name
     precision: str = "fp16"
     compute_units: str = "CPU_AND_GPU"  # a hint recorded in metadata; CoreML picks units at load time
-    linear_rewrite: str = "none"  # none | conv1d | conv2d (anetts.build.rewrite)
-    fatal_lint: tuple[str, ...] = ()  # lint rules (anetts.build.inspect) that fail the conversion
+    linear_rewrite: str = "none"  # none | conv1d | conv2d (anetts.compile.rewrite)
+    fatal_lint: tuple[str, ...] = ()  # lint rules (anetts.compile.inspect) that fail the conversion
 
 
 def _ct():

@@ -10,7 +10,7 @@ Usage::
     info = inspect_package("x.mlpackage")        # dict, JSON-serialisable
     apply_lint_policy(info["lint"], ["flexible_shapes", "long_last_axis"])   # LintError
 
-CLI (wired as ``anetts inspect``): ``python -m anetts.build.inspect PKG [--json out.json]
+CLI (wired as ``anetts inspect``): ``python -m anetts.compile.inspect PKG [--json out.json]
 [--fatal RULE ...] [--compute-plan UNITS]``.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Multifunction bundles (anetts.build.bundle) of per-bucket packages of a tiny conv model."""
+"""Multifunction bundles (anetts.compile.bundle) of per-bucket packages of a tiny conv model."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from anetts.build.bundle import BundleError, bundle_packages, function_name
-from anetts.build.inspect import function_io, inspect_package, load_spec
+from anetts.compile.bundle import BundleError, bundle_packages, function_name
+from anetts.compile.inspect import function_io, inspect_package, load_spec
 
 BUCKETS = {"t16": 16, "t40": 40}
 

@@ -23,7 +23,7 @@ def _convert_module(module, example: dict, out: Path, *, outputs=("y",), variant
     Returns the rewrite report."""
     import torch
 
-    from anetts.build.rewrite import convert_with_rewrite
+    from anetts.compile.rewrite import convert_with_rewrite
 
     c = ct()
     module = module.eval()

@@ -1,4 +1,4 @@
-"""inspect_package + static ANE lint (anetts.build.inspect) on tiny converted modules."""
+"""inspect_package + static ANE lint (anetts.compile.inspect) on tiny converted modules."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from anetts.build.inspect import (RULES, LintError, apply_lint_policy, compute_plan, inspect_package, main)
+from anetts.compile.inspect import (RULES, LintError, apply_lint_policy, compute_plan, inspect_package, main)
 
 
 class LstmGather(nn.Module):
@@ -103,7 +103,7 @@ def test_lint_wide(pkgs):
 
 def test_lint_rank_gt_5(pkgs, tmp_path):
     """coremltools refuses rank > 5 at conversion, so edit a saved program's types by hand."""
-    from anetts.build.inspect import load_spec, package_files
+    from anetts.compile.inspect import load_spec, package_files
 
     pkg = tmp_path / "r6.mlpackage"
     shutil.copytree(pkgs["plain"], pkg)

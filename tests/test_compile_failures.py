@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from anetts.build import convert as convert_mod
-from anetts.build.convert import ConversionError, ConvertOptions, convert_package
-from anetts.build.trace import ExportError, export_stage
+from anetts.compile import convert as convert_mod
+from anetts.compile.convert import ConversionError, ConvertOptions, convert_package
+from anetts.compile.trace import ExportError, export_stage
 from anetts.families import get_family
 
 FAMILY = get_family("kokoro")
