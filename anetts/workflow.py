@@ -85,11 +85,11 @@ class WorkflowConfig:
 
     def stage_code(self, model: str, stage: str) -> list[str]:
         st = get_family(self.family_of(model)).stage(stage)
-        return self._rel([*st.source_files(), _PKG / "build" / "trace.py", _PKG / "stage.py"])
+        return self._rel([*st.source_files(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])
 
     def reference_code(self, model: str) -> list[str]:
         family = get_family(self.family_of(model))
-        return self._rel([*family.reference_code, _PKG / "build" / "trace.py"])
+        return self._rel([*family.reference_code, _PKG / "compile" / "trace.py"])
 
     def reference_size(self, model: str, bucket: str) -> int:
         """Size of a shared reference bucket: any reference-using stage that has this bucket."""
@@ -120,10 +120,10 @@ class WorkflowConfig:
         return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def convert_code(self) -> list[str]:
-        return self._rel([_PKG / "build" / "convert.py", _PKG / "build" / "rewrite.py", _PKG / "build" / "inspect.py"])
+        return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py"])
 
     def bundle_code(self) -> list[str]:
-        return self._rel([_PKG / "build" / "bundle.py"])
+        return self._rel([_PKG / "compile" / "bundle.py"])
 
     def bundles(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s)) for s in self.stages(model)]
