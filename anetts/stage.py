@@ -7,7 +7,7 @@ realistic example inputs. Trace, convert, execute and compare know nothing else 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -125,10 +125,8 @@ class Family:
     synthetic_voices: tuple[str, ...]
     synthesize: Callable[[Path, str, int, Path], dict]  # (out_dir, preset, seed, scratch) → report
     validate_weights: Callable[[Path, list, Path], dict]  # (dir, voices, scratch) → model config
-    weights_code: tuple[Path, ...] = field(default=())  # sources whose edits change synthetic weights
     # (model, weights dir, size) → named arrays: upstream's stage-boundary tensors for one example
     make_reference: Callable[[Any, Path, int], dict] | None = None
-    reference_code: tuple[Path, ...] = field(default=())
     # weights dir → JSON-able parameters the runtime's host DSP needs (not part of any package)
     host_params: Callable[[Path], dict] | None = None
 

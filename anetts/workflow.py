@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 from anetts import artifacts
-from anetts.families import get_family
-from anetts.provenance import tool_versions
+from anetts.family import bucket_regex
+from anetts.families import declaration
+from anetts.provenance import version_of
 
 _PKG = Path(__file__).parent
 CONVERT_DEFAULTS = {"deployment_target": "macOS13", "precision": "fp16", "compute_units": "CPU_AND_GPU",
@@ -40,7 +41,7 @@ class WorkflowConfig:
             fam = m["family"]
             if fam not in config["families"]:
                 raise ConfigError(f"models.{name}.family: no `families.{fam}` block in config")
-            family = get_family(fam)
+            family = declaration(fam)
             for stage in config["families"][fam]["stages"]:
                 if stage not in family.stages:
                     raise ConfigError(f"families.{fam}.stages.{stage}: family {fam!r} has no such stage; "
@@ -58,6 +59,13 @@ class WorkflowConfig:
     def family_of(self, model: str) -> str:
         return self.config["models"][model]["family"]
 
+    @property
+    def bucket_regex(self) -> str:
+        return bucket_regex(declaration(f) for f in self.config["families"])
+
+    def decl(self, model: str):
+        return declaration(self.family_of(model))
+
     def _stages(self, model: str) -> dict:
         return self.config["families"][self.family_of(model)]["stages"]
 
@@ -65,11 +73,11 @@ class WorkflowConfig:
         return list(self._stages(model))
 
     def buckets(self, model: str, stage: str) -> list[str]:
-        st = get_family(self.family_of(model)).stage(stage)
+        st = self.decl(model).stage(stage)
         return [st.bucket_name(size) for size in self._stages(model)[stage]["buckets"]]
 
     def bucket_size(self, model: str, stage: str, bucket: str) -> int:
-        st = get_family(self.family_of(model)).stage(stage)
+        st = self.decl(model).stage(stage)
         for size in self._stages(model)[stage]["buckets"]:
             if st.bucket_name(size) == bucket:
                 return size
@@ -80,20 +88,19 @@ class WorkflowConfig:
         return sorted({os.path.relpath(Path(p).resolve(), Path.cwd()) for p in paths})
 
     def weights_code(self, model: str) -> list[str]:
-        family = get_family(self.family_of(model))
-        return self._rel([_PKG / "weights.py", *family.weights_code])
+        # each source depends on its own code: editing synthetic-only code never re-copies real weights
+        return self._rel(self.decl(model).weights_paths(self.weights_source(model)["source"]))
 
     def stage_code(self, model: str, stage: str) -> list[str]:
-        st = get_family(self.family_of(model)).stage(stage)
-        return self._rel([*st.source_files(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])
+        st = self.decl(model).stage(stage)
+        return self._rel([*st.source_paths(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])
 
     def reference_code(self, model: str) -> list[str]:
-        family = get_family(self.family_of(model))
-        return self._rel([*family.reference_code, _PKG / "compile" / "trace.py"])
+        return self._rel([*self.decl(model).reference_paths(), _PKG / "compile" / "trace.py"])
 
     def reference_size(self, model: str, bucket: str) -> int:
         """Size of a shared reference bucket: any reference-using stage that has this bucket."""
-        family = get_family(self.family_of(model))
+        family = self.decl(model)
         for stage in self.stages(model):
             if family.stage(stage).uses_reference and bucket in self.buckets(model, stage):
                 return self.bucket_size(model, stage, bucket)
@@ -101,7 +108,7 @@ class WorkflowConfig:
 
     def export_reference(self, model: str, stage: str, bucket: str) -> list[str]:
         """The reference npz an export reads, or nothing for stages that make their own examples."""
-        if not get_family(self.family_of(model)).stage(stage).uses_reference:
+        if not self.decl(model).stage(stage).uses_reference:
             return []
         return [str(artifacts.reference_path(model, bucket))]
 
@@ -176,9 +183,12 @@ class WorkflowConfig:
         src = self.weights_source(model)
         revision = src.get("revision") or (f"{src['preset']}-seed{src['seed']}" if src["source"] == "synthetic" else None)
         return {"model": model, "family": self.family_of(model), "source": src["source"],
-                "repo_id": src.get("repo_id"), "revision": revision}
+                "repo_id": src.get("repo_id"), "revision": revision, "licence": self.decl(model).licence}
+
+    def upstream_versions(self, model: str) -> dict:
+        """Versions of torch and the family's upstream packages: a rule param, so upgrading one reruns its jobs."""
+        return self.versions("torch", *self.decl(model).upstream)
 
     @staticmethod
     def versions(*names: str) -> dict:
-        v = tool_versions()
-        return {n: v.get(n) for n in names}
+        return {n: version_of(n) for n in names}

@@ -26,9 +26,6 @@ from anetts.stage import DTYPES, BucketSpec
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp16", "fp32")
-LICENSE = {"kokoro": "Apache-2.0 (Kokoro-82M weights by hexgrad)"}
-
-
 class ConversionError(RuntimeError):
     pass
 
@@ -108,7 +105,7 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
 
     mlmodel.short_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
     mlmodel.author = "ane-tts"
-    mlmodel.license = LICENSE.get(model_meta.get("family"), "see the model card")
+    mlmodel.license = model_meta.get("licence") or "see the model card"
     mlmodel.version = __version__
     for t in spec.inputs:
         mlmodel.input_description[t.name] = t.description

@@ -45,8 +45,6 @@ class DecoderPreModule(nn.Module):
 class DecoderPreStage(KokoroStage):
     name = "decoder_pre"
     description = "Kokoro decoder encode/decode blocks (the ANE candidate)"
-    module_file = Path(__file__)
-    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)

@@ -70,8 +70,6 @@ class DurationModule(nn.Module):
 class DurationStage(KokoroStage):
     name = "duration"
     description = "Kokoro duration predictor and text encoders (ALBERT + prosody LSTMs)"
-    bucket_unit = "tokens"
-    module_file = Path(__file__)
 
     def spec(self, size: int) -> BucketSpec:
         t = size

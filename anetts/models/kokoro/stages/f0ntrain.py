@@ -38,8 +38,6 @@ class F0NModule(nn.Module):
 class F0NtrainStage(KokoroStage):
     name = "f0ntrain"
     description = "Kokoro F0 and noise predictor"
-    module_file = Path(__file__)
-    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)

@@ -94,8 +94,6 @@ class GeneratorModule(nn.Module):
 class GeneratorStage(KokoroStage):
     name = "generator"
     description = "Kokoro iSTFTNet generator from host-computed har"
-    module_file = Path(__file__)
-    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
