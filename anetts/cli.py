@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
                                        "(anetts.compile.inspect)", add_help=False)
     i.add_argument("args", nargs=argparse.REMAINDER)
     i.set_defaults(func=_inspect)
+
+    v = sub.add_parser("verify", help="re-check every manifested file's sha256; --repair removes bad ones so "
+                                      "`snakemake all` rebuilds them (anetts.verify.files)", add_help=False)
+    v.add_argument("args", nargs=argparse.REMAINDER)
+    v.set_defaults(func=_verify)
     return p
 
 
@@ -102,11 +107,7 @@ def _speak(args) -> int:
 
 
 def _delegate(module: str, command: str, argv: list[str]) -> int:
-    try:
-        sub_cli = importlib.import_module(module)
-    except ImportError as e:
-        print(f"anetts {command}: error: {module} is not available: {e}", file=sys.stderr)
-        return 1
+    sub_cli = importlib.import_module(module)  # part of this package: an import error is a bug, shown as one
     try:
         rc = sub_cli.main(list(argv))
     except SystemExit as e:  # its argparse: usage errors and --help
@@ -116,6 +117,10 @@ def _delegate(module: str, command: str, argv: list[str]) -> int:
 
 def _run_mil(args) -> int:
     return _delegate("anetts.mil.cli", "run-mil", args.args)
+
+
+def _verify(args) -> int:
+    return _delegate("anetts.verify.files", "verify", args.args)
 
 
 def _inspect(args) -> int:

@@ -13,8 +13,19 @@ from anetts.families import declaration
 from anetts.provenance import version_of
 
 _PKG = Path(__file__).parent
-CONVERT_DEFAULTS = {"deployment_target": "macOS13", "precision": "fp16", "compute_units": "CPU_AND_GPU",
-                    "linear_rewrite": "none", "fatal_lint": []}
+SCHEMA = _PKG.parent / "schemas" / "config.schema.yaml"
+
+
+def _stage_defaults() -> dict:
+    """Per-stage conversion defaults, read from the schema (the one place they are written)."""
+    import yaml
+
+    schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+    stage = schema["properties"]["families"]["additionalProperties"]["properties"]["stages"]["additionalProperties"]
+    return {k: v["default"] for k, v in stage["properties"].items() if "default" in v}
+
+
+CONVERT_DEFAULTS = _stage_defaults()
 
 
 class ConfigError(ValueError):
@@ -46,6 +57,9 @@ class WorkflowConfig:
                 if stage not in family.stages:
                     raise ConfigError(f"families.{fam}.stages.{stage}: family {fam!r} has no such stage; "
                                       f"stages: {sorted(family.stages)}")
+        for stage in config.get("parity", {}).get("stages", {}):
+            if stage not in self.stage_names:
+                raise ConfigError(f"parity.stages.{stage}: no configured stage has this name; stages: {self.stage_names}")
 
     # -- names -------------------------------------------------------------------------------
     @property

@@ -1,7 +1,7 @@
 """Convert one exported stage/bucket (TorchScript) into an ML Program .mlpackage.
 
 mlprogram, fp16 compute, fp32/int32 I/O (a TensorType without dtype becomes fp16 I/O at
-macOS14+, coreml-and-ane.md §1), per-stage deployment target, descriptions and metadata.
+macOS14+, docs/ane-notes.md §1), per-stage deployment target, descriptions and metadata.
 The package is written to a temporary path, re-read and checked, then moved into place, so a
 conversion that fails half-way leaves no package behind.
 """

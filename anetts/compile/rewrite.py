@@ -1,6 +1,6 @@
 """Linear → Conv rewrite as a MIL graph pass that runs inside ``ct.convert``.
 
-Why a MIL pass and not a torch-side module swap (kokoro.md §8 did it with a load-state-dict
+Why a MIL pass and not a torch-side module swap (an earlier port did it with a load-state-dict
 pre-hook):
 
 * the torch model and the upstream checkpoints stay untouched, so parity tests against

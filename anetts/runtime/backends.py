@@ -9,7 +9,6 @@ loaded lazily on first use (after the package's sha256 is checked) and cached.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 import threading
@@ -166,14 +165,6 @@ class CoreMLBackend(_CachingRunner):
         return model.predict({t.name: inputs[t.name] for t in entry.inputs})
 
 
-def mil_available() -> bool:
-    try:
-        mil = importlib.import_module("anetts.mil")
-    except ImportError:
-        return False
-    return callable(getattr(mil, "load_program", None))
-
-
 class MilBackend(_CachingRunner):
     """Runs the .mlpackages' ML Programs with the MIL reference executor (``anetts.mil``)."""
 
@@ -181,9 +172,9 @@ class MilBackend(_CachingRunner):
 
     def __init__(self, artifacts: ModelArtifacts):
         super().__init__(artifacts)
-        if not mil_available():
-            raise BackendUnavailable("the mil backend needs anetts.mil.load_program, which this install lacks")
-        self._load_program = importlib.import_module("anetts.mil").load_program
+        from anetts.mil import load_program  # part of this package: a broken executor is an error, not "unavailable"
+
+        self._load_program = load_program
 
     def _load(self, entry: PackageEntry):
         try:

@@ -11,7 +11,6 @@ import soundfile as sf
 
 from anetts.cli import main
 from anetts.runtime import ArtifactError, BackendUnavailable, InputError, IntegrityError, load
-from anetts.runtime.backends import mil_available
 from rt_common import SHORT, copy_model_dir
 
 BAD_INPUTS = [
@@ -143,17 +142,24 @@ def test_cli_usage_errors_exit_2(tmp_path):
     assert main(["speak", "Hi", "--speed", "fast", "-o", str(tmp_path / "a.wav")]) == 2
 
 
-def test_cli_run_mil_delegates(tmp_path):
-    if not mil_available():
-        assert main(["run-mil", "x.mlpackage"]) == 1
-        return
-    assert main(["run-mil", "--help"]) == 0
+def test_cli_run_mil_delegates(model_dir, tmp_path, capsys):
+    pkg = model_dir / "packages" / "decoder_pre" / "3s.mlpackage"
+    inputs = model_dir / "export" / "decoder_pre" / "3s.inputs.npz"
+    out = tmp_path / "out.npz"
+    assert main(["run-mil", str(pkg), "--inputs", str(inputs), "-o", str(out)]) == 0
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    entry = next(p for p in manifest["packages"] if p["stage"] == "decoder_pre" and p["bucket"] == "3s")
+    with np.load(out) as got:
+        assert sorted(got.files) == sorted(o["name"] for o in entry["outputs"])
+        assert all(np.isfinite(got[k]).all() for k in got.files)
+    missing = tmp_path / "missing.mlpackage"
+    assert main(["run-mil", str(missing), "--inputs", str(inputs)]) != 0
+    assert "missing.mlpackage" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------- mil
 
 
-@pytest.mark.skipif(not mil_available(), reason="anetts.mil.load_program is not available")
 def test_mil_backend_runs_the_packages(model_dir, tts):
     from anetts.runtime.audio import log_mel_similarity
 

@@ -12,7 +12,7 @@ Upstream (``kokoro`` 0.9.4) does three things inside the model that we do on the
 
 Everything here reproduces upstream's math operation for operation (including its
 interpolation index arithmetic), so that with the same random draws the host source equals a
-float64 run of upstream to ~1e-12. See /work/shared/reference/kokoro.md sections 4, 5 and 7.
+float64 run of upstream to ~1e-12. See docs/ane-notes.md §4.
 
 Shapes use F = number of 40 Hz duration frames; the F0 curve has 2F points (80 Hz), the
 waveform and the source 600F samples (24 kHz), and ``har`` 120F + 1 STFT frames.
