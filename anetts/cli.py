@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--lang", default=None, help="G2P language (default en-us; en-gb for b* voices)")
     s.add_argument("--seed", type=int, default=0, help="seed of the hn-NSF noise (default 0)")
     s.add_argument("--threads", type=int, default=None, help="torch threads (torch backend)")
+    s.add_argument("--deployment-target", default=None, metavar="OS",
+                   help="oldest OS to support, e.g. macOS14; from macOS15/iOS18 on stages run from their "
+                        "multifunction bundles (coreml and mil backends), otherwise per-bucket packages")
     s.add_argument("--compute-units", default=None, choices=("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"),
                    help="Core ML compute units for every stage (coreml backend; default: per stage from the manifest)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -67,7 +70,8 @@ def _speak(args) -> int:
         print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
         return 2
     try:
-        tts = load(args.model_dir, backend=args.backend, threads=args.threads, compute_units=args.compute_units)
+        tts = load(args.model_dir, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
+                   deployment_target=args.deployment_target)
         chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
         parts, timings, bar = [], {}, None
         for chunk in chunks:

@@ -54,6 +54,7 @@ class FamilyDecl:
     # per weights source: files (relative to anetts/) whose edits change what that source produces
     weights_code: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reference_code: tuple[str, ...] = ()
+    assets_code: tuple[str, ...] = ()  # code writing the runtime's assets (vocab, voices, ...)
 
     def stage(self, name: str) -> StageDecl:
         if name not in self.stages:
@@ -67,6 +68,9 @@ class FamilyDecl:
 
     def reference_paths(self) -> list[Path]:
         return [_PKG / s for s in self.reference_code]
+
+    def assets_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.assets_code]
 
 
 def bucket_regex(decls) -> str:

@@ -129,6 +129,8 @@ class Family:
     make_reference: Callable[[Any, Path, int], dict] | None = None
     # weights dir → JSON-able parameters the runtime's host DSP needs (not part of any package)
     host_params: Callable[[Path], dict] | None = None
+    # (weights dir, out dir) → relative paths of the files the runtime reads besides packages
+    write_runtime_assets: Callable[[Path, Path], list] | None = None
 
     def stage(self, name: str) -> Stage:
         if name not in self.stages:

@@ -126,6 +126,9 @@ class WorkflowConfig:
             return []
         return [str(artifacts.reference_path(model, bucket))]
 
+    def assets_code(self, model: str) -> list[str]:
+        return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
+
     def parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
 
@@ -148,6 +151,12 @@ class WorkflowConfig:
 
     def bundles(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s)) for s in self.stages(model)]
+
+    def bundle_reports(self, model: str) -> list[str]:
+        return [str(artifacts.bundle_path(model, s).with_suffix(".json")) for s in self.stages(model)]
+
+    def example_inputs(self, model: str) -> list[str]:
+        return [f"{artifacts.export_base(model, s, b)}.inputs.npz" for s in self.stages(model) for b in self.buckets(model, s)]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.stages(model)]

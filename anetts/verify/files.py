@@ -49,6 +49,8 @@ def manifested_files(model_dir: Path) -> list[tuple[Path, str]]:
         out.append((model_dir / entry["path"], entry["sha256"]))
         if entry.get("torchscript_sha256"):
             out.append((model_dir / entry["torchscript"], entry["torchscript_sha256"]))
+    for asset in manifest.get("assets", []):
+        out.append((model_dir / asset["path"], asset["sha256"]))
     return out
 
 

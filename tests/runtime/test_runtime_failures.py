@@ -64,6 +64,19 @@ def test_tampered_package_fails_sha256_naming_it(model_dir, tmp_path):
     assert not out.exists()
 
 
+def test_tampered_voice_asset_fails_sha256_naming_it(model_dir, tmp_path):
+    copy = copy_model_dir(model_dir, tmp_path / "m")
+    assert not (copy / "weights").exists()
+    voice = copy / "assets" / "voices" / "syn_b.npy"
+    data = bytearray(voice.read_bytes())
+    data[-3] ^= 0x10
+    voice.write_bytes(bytes(data))
+    tts = load(copy, backend="torch")
+    assert tts.synthesize(phonemes=SHORT, voice="syn_a").audio.size  # the other voice is intact
+    with pytest.raises(IntegrityError, match=r"voices/syn_b\.npy"):
+        tts.synthesize(phonemes=SHORT, voice="syn_b")
+
+
 def test_tampered_torchscript_fails_sha256(model_dir, tmp_path):
     copy = copy_model_dir(model_dir, tmp_path / "m")
     pt = copy / "export" / "duration" / "t32.pt"
@@ -158,6 +171,19 @@ def test_cli_run_mil_delegates(model_dir, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------- mil
+
+
+def test_bundles_serve_every_bucket_from_macos15(model_dir):
+    per_bucket = load(model_dir, backend="mil", deployment_target="macOS14")
+    bundled = load(model_dir, backend="mil", deployment_target="macOS15")
+    entries = bundled.artifacts.entries("generator")
+    assert all(e.path.parent.name == "bundles" and e.function != "main" for e in entries)
+    assert all(e.path.parent.name != "bundles" for e in per_bucket.artifacts.entries("generator"))
+    a = per_bucket.synthesize(phonemes=SHORT, voice="syn_a", seed=0).audio
+    b = bundled.synthesize(phonemes=SHORT, voice="syn_a", seed=0).audio
+    assert a.shape == b.shape and np.array_equal(a, b)  # the same programs, merged
+    with pytest.raises(ArtifactError, match="deployment target 'macOS'"):
+        load(model_dir, backend="mil", deployment_target="macOS")
 
 
 def test_mil_backend_runs_the_packages(model_dir, tts):

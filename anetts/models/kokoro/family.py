@@ -23,7 +23,7 @@ DECLARATION = FamilyDecl(
                                description="iSTFTNet vocoder up to the spectrogram and phase"),
     },
     implementation="anetts.models.kokoro.impl",
-    runtime="anetts.runtime.kokoro:KokoroRuntime",
+    runtime="anetts.models.kokoro.runtime:KokoroRuntime",
     licence="Apache-2.0 (Kokoro-82M weights by hexgrad)",
     upstream=("kokoro", "transformers"),
     weights_code={
@@ -33,4 +33,5 @@ DECLARATION = FamilyDecl(
         "local": _WEIGHTS_COMMON,
     },
     reference_code=(f"{_K}/reference.py", f"{_K}/dsp.py", f"{_K}/data/example_phonemes.txt"),
+    assets_code=(f"{_K}/assets.py", f"{_K}/weights.py"),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from anetts.models.kokoro import synthetic as _synthetic
+from anetts.models.kokoro.assets import write_runtime_assets
 from anetts.models.kokoro import weights as _weights
 from anetts.models.kokoro.family import DECLARATION
 from anetts.models.kokoro.stages.decoder_pre import DecoderPreStage
@@ -36,4 +37,5 @@ FAMILY = Family(
     validate_weights=_weights.validate_weights_dir,
     make_reference=_make_reference,
     host_params=_weights.host_dsp_params,
+    write_runtime_assets=write_runtime_assets,
 )
