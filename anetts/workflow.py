@@ -130,7 +130,7 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
     def parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py"])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])

@@ -14,8 +14,6 @@ rule parity:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
     params:
-        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
-        family=lambda w: WF.family_of(w.model),
         gate=lambda w: WF.parity_gate(w.model, w.stage),
         compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     log:

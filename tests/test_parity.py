@@ -52,8 +52,7 @@ def f0ntrain_packages(tiny_weights, tiny_model, tmp_path_factory):
 
 def _parity(d, package: str):
     """Score a package against the good export's eager reference (what the DAG's parity job does)."""
-    return run_parity(FAMILY, "f0ntrain", 3, d / package, d / "good.inputs.npz", d / "good.outputs.npz",
-                      d / "good.export.json", Gate())
+    return run_parity(d / package, d / "good.inputs.npz", d / "good.outputs.npz", d / "good.export.json", Gate())
 
 
 def test_good_package_passes_gate(f0ntrain_packages, tmp_path):
