@@ -118,7 +118,9 @@ class Family:
 
     name: str
     stages: dict[str, Stage]
-    load_model: Callable[[Path], Any]  # weights dir → upstream model, ready to trace
+    # (weights dir, stage name or None for the shared reference run) → the upstream model (or just
+    # the part of it that stage needs), ready to trace: a chunk of layers must not need the whole model
+    load_model: Callable[[Path, str | None], Any]
     weights_files: tuple[str, ...]  # files every weights dir holds, besides voices
     voice_file: Callable[[str], str]  # voice name → relative path in a weights dir
     default_voices: tuple[str, ...]  # voices fetched from a real source when config names none

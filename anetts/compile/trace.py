@@ -46,7 +46,7 @@ def load_reference(path: Path | None) -> dict | None:
 def write_reference(family: Family, size: int, weights_dir: Path, out: Path) -> dict:
     """The family's shared example run for one bucket size, as an .npz of named arrays."""
     t0 = time.perf_counter()
-    ref = family.make_reference(family.load_model(weights_dir), Path(weights_dir), size)
+    ref = family.make_reference(family.load_model(weights_dir, None), Path(weights_dir), size)
     with atomic_outputs(out) as (tmp,):
         with open(tmp, "wb") as f:
             np.savez(f, **ref)
@@ -59,7 +59,7 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
     stage = family.stage(stage_name)
     spec: BucketSpec = stage.spec(size)
     t0 = time.perf_counter()
-    model = model if model is not None else family.load_model(weights_dir)
+    model = model if model is not None else family.load_model(weights_dir, stage_name)
     wrapper = stage.build(model)
     inputs = stage.example_inputs(model, Path(weights_dir), size, load_reference(reference))
     for t in spec.inputs:

@@ -14,7 +14,9 @@ from anetts.models.kokoro.stages.generator import GeneratorStage
 from anetts.stage import Family
 
 
-def _load_model(weights_dir: Path):
+def _load_model(weights_dir: Path, stage: str | None = None):
+    # Kokoro is 82M parameters: every stage loads the whole upstream KModel (a family with
+    # billions, like Fish, loads only the layers of `stage`)
     return _weights.prepare_for_trace(_weights.load_kmodel(weights_dir))
 
 

@@ -31,7 +31,7 @@ from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, mak
 from anetts.runtime.backends import StageRunner
 from anetts.runtime.errors import ArtifactError, InputError, TTSError
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
-from anetts.models.kokoro.assets import VOCAB_FILE, VOICES_DIR
+from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
 from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, phonemize, tokenize
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ FADE_MS = 5.0
 # calibrated synthetic weights ~14; a lower figure leaves margin, and a chunk that overflows
 # anyway is split again after the duration stage.
 TOKENS_PER_SECOND = 13.0
-VOICE_ROWS = 510
 STAGE_KEYS = ("frontend", "duration", "align", "f0ntrain", "decoder_pre", "har", "generator", "post")
 
 
@@ -237,14 +236,14 @@ class KokoroRuntime:
                     pack = np.load(path, allow_pickle=False)
                 except (OSError, ValueError) as e:
                     raise ArtifactError(f"cannot read voice {voice!r} ({path}): {e}") from e
-                if pack.shape != (VOICE_ROWS, 256) or not np.isfinite(pack).all():
-                    raise ArtifactError(f"voice {voice!r} ({path}): expected finite ({VOICE_ROWS}, 256), got {pack.shape}")
+                if pack.shape != (VOICE_ROWS, STYLE_DIM) or not np.isfinite(pack).all():
+                    raise ArtifactError(f"voice {voice!r} ({path}): expected finite ({VOICE_ROWS}, {STYLE_DIM}), got {pack.shape}")
                 self._voices[voice] = pack.astype(np.float32, copy=False)
             return self._voices[voice]
         pack = np.asarray(getattr(voice, "numpy", lambda: voice)(), dtype=np.float32)
-        if pack.size != VOICE_ROWS * 256:
-            raise InputError(f"a voice pack must have {VOICE_ROWS}x256 values, got shape {pack.shape}")
-        return pack.reshape(VOICE_ROWS, 256)
+        if pack.size != VOICE_ROWS * STYLE_DIM:
+            raise InputError(f"a voice pack must have {VOICE_ROWS}x{STYLE_DIM} values, got shape {pack.shape}")
+        return pack.reshape(VOICE_ROWS, STYLE_DIM)
 
     @staticmethod
     def style_row(pack: np.ndarray, n_phonemes: int) -> np.ndarray:
