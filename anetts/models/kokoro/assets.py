@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from anetts.models.kokoro.weights import VOICE_SHAPE, list_voices, read_config, validate_voice
+from anetts.models.kokoro.dsp import KOKORO
+from anetts.models.kokoro.weights import list_voices, read_config, validate_voice
 
 VOCAB_FILE = "vocab.json"
 VOICES_DIR = "voices"
-VOICE_ROWS, _, STYLE_DIM = VOICE_SHAPE  # (510, 1, 256) upstream packs, stored (510, 256)
+VOICE_ROWS, STYLE_DIM = KOKORO.voice_rows, KOKORO.ref_s_dim  # upstream packs are (510, 1, 256); stored (510, 256)
 
 
 def write_runtime_assets(weights_dir: Path, out_dir: Path) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from anetts.models.kokoro.dsp import KOKORO
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ CHECKPOINT_NAME = "kokoro-v1_0.pth"
 CONFIG_NAME = "config.json"
 VOICES_DIR = "voices"
 COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
-VOICE_SHAPE = (510, 1, 256)
+VOICE_SHAPE = (KOKORO.voice_rows, 1, KOKORO.ref_s_dim)
 
 
 class WeightsError(ValueError):
@@ -124,6 +125,10 @@ def validate_weights_dir(weights_dir: Path, voices: list[str], scratch_dir: Path
     for key in ("vocab", "n_token", "hidden_dim", "style_dim", "plbert", "istftnet"):
         if key not in config:
             raise WeightsError(f"{weights_dir / CONFIG_NAME}: missing key {key!r}")
+    try:
+        KOKORO.check_config(config, str(weights_dir / CONFIG_NAME))
+    except ValueError as e:
+        raise WeightsError(str(e)) from None
     validate_checkpoint(config, weights_dir / CHECKPOINT_NAME, scratch_dir)
     for name in voices:
         validate_voice(weights_dir / VOICES_DIR / f"{name}.pt")
