@@ -7,25 +7,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dataclasses import asdict
+
 from anetts import artifacts
 from anetts.family import bucket_regex
 from anetts.families import declaration
+from anetts.options import ConvertOptions, Gate
 from anetts.provenance import version_of
 
 _PKG = Path(__file__).parent
-SCHEMA = _PKG.parent / "schemas" / "config.schema.yaml"
-
-
-def _stage_defaults() -> dict:
-    """Per-stage conversion defaults, read from the schema (the one place they are written)."""
-    import yaml
-
-    schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
-    stage = schema["properties"]["families"]["additionalProperties"]["properties"]["stages"]["additionalProperties"]
-    return {k: v["default"] for k, v in stage["properties"].items() if "default" in v}
-
-
-CONVERT_DEFAULTS = _stage_defaults()
 
 
 class ConfigError(ValueError):
@@ -130,7 +120,8 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
     def parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py"])
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
+                          _PKG / "options.py"])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
@@ -138,13 +129,14 @@ class WorkflowConfig:
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
         gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))
-        return canonical(gate)
+        return canonical(asdict(Gate.make(**gate)))
 
     def parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def convert_code(self) -> list[str]:
-        return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py"])
+        return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py",
+                          _PKG / "options.py"])
 
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py"])
@@ -194,9 +186,9 @@ class WorkflowConfig:
         return canonical(src)
 
     def convert_options(self, model: str, stage: str) -> dict:
-        st = self._stages(model)[stage]
-        opts = {k: st.get(k, v) for k, v in CONVERT_DEFAULTS.items()}
-        opts["fatal_lint"] = sorted(opts["fatal_lint"])
+        st = {k: v for k, v in self._stages(model)[stage].items() if k != "buckets"}
+        opts = asdict(ConvertOptions.make(**st))
+        opts["fatal_lint"] = list(opts["fatal_lint"])
         return canonical(opts)
 
     def stage_settings(self, model: str) -> dict:

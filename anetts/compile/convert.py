@@ -11,15 +11,14 @@ import json
 import logging
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.inspect import apply_lint_policy, inspect_package
 from anetts.compile.rewrite import LinearRewrite
+from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec
 
@@ -28,15 +27,6 @@ log = logging.getLogger(__name__)
 PRECISIONS = ("fp16", "fp32")
 class ConversionError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    deployment_target: str = "macOS13"  # a coremltools.target name
-    precision: str = "fp16"
-    compute_units: str = "CPU_AND_GPU"  # a hint recorded in metadata; CoreML picks units at load time
-    linear_rewrite: str = "none"  # none | conv1d | conv2d (anetts.compile.rewrite)
-    fatal_lint: tuple[str, ...] = ()  # lint rules (anetts.compile.inspect) that fail the conversion
 
 
 def _ct():

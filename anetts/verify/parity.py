@@ -10,12 +10,13 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from anetts.artifacts import atomic_outputs, write_json
+from anetts.options import Gate  # noqa: F401 - re-exported
 from anetts.provenance import provenance
 from anetts.stage import BucketSpec
 from anetts.verify.metrics import compare, exact_match_fraction
@@ -25,13 +26,6 @@ log = logging.getLogger(__name__)
 
 class ParityError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class Gate:
-    min_snr_db: float = 35.0  # below: the package is rejected
-    target_snr_db: float = 50.0  # below: accepted with a warning
-    min_exact_fraction: float = 0.95  # integer outputs (durations): fp16 may flip a rounding boundary
 
 
 def _valid(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
