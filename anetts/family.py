@@ -55,6 +55,7 @@ class FamilyDecl:
     weights_code: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reference_code: tuple[str, ...] = ()
     assets_code: tuple[str, ...] = ()  # code writing the runtime's assets (vocab, voices, ...)
+    audio: tuple[str, str, int] | None = None  # (stage, output, sample rate) of the audio a build makes
 
     def stage(self, name: str) -> StageDecl:
         if name not in self.stages:

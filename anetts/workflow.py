@@ -131,6 +131,16 @@ class WorkflowConfig:
         gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))
         return canonical(asdict(Gate.make(**gate)))
 
+    def parity_arrays_all(self, model: str) -> list[str]:
+        return [self.parity_arrays(model, s, b) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def audio_output(self, model: str) -> dict:
+        """The stage output that is audio (plotted by the parity summary), from the declaration."""
+        decl = self.decl(model)
+        if decl.audio is None or decl.audio[0] not in self.stages(model):
+            return {}
+        return {"stage": decl.audio[0], "output": decl.audio[1], "sample_rate": decl.audio[2]}
+
     def parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 

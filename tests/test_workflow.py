@@ -48,7 +48,7 @@ def test_parity_summary_is_written(built_workflow):
     summary = json.loads((model_dir / "parity_summary.json").read_text())
     assert summary["all_passed"] and len(summary["buckets"]) == 4
     assert "| generator | 3s |" in (model_dir / "parity_summary.md").read_text()
-    for png in ("parity_snr.png", "parity_generator.png"):
+    for png in ("parity_snr.png", "parity_waveform.png"):
         assert (model_dir / png).stat().st_size > 10_000
 
 

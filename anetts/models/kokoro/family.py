@@ -34,4 +34,5 @@ DECLARATION = FamilyDecl(
     },
     reference_code=(f"{_K}/reference.py", f"{_K}/dsp.py", f"{_K}/data/example_phonemes.txt"),
     assets_code=(f"{_K}/assets.py", f"{_K}/weights.py"),
+    audio=("generator", "waveform", 24000),
 )
