@@ -5,7 +5,7 @@ Torch-free, so the workflow (at parse time) and the conversion/parity jobs build
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
@@ -32,13 +32,19 @@ def gate_defaults() -> dict:
     return _defaults(schema()["$defs"]["gate"]["properties"])
 
 
+def _default(name: str):
+    return field(default_factory=lambda: stage_defaults()[name])
+
+
 @dataclass(frozen=True)
 class ConvertOptions:
-    deployment_target: str  # a coremltools.target name
-    precision: str  # fp16 | fp32 compute
-    compute_units: str  # a hint recorded in metadata; CoreML picks units at load time
-    linear_rewrite: str  # none | conv1d | conv2d (anetts.compile.rewrite)
-    fatal_lint: tuple[str, ...]  # lint rules (anetts.compile.inspect) that fail the conversion
+    """ConvertOptions() is the schema's defaults; ConvertOptions.make(**stage_block) normalises a config block."""
+
+    deployment_target: str = _default("deployment_target")  # a coremltools.target name
+    precision: str = _default("precision")  # fp16 | fp32 compute
+    compute_units: str = _default("compute_units")  # a hint recorded in metadata; CoreML picks units at load time
+    linear_rewrite: str = _default("linear_rewrite")  # auto | none | conv1d | conv2d (anetts.compile.rewrite)
+    fatal_lint: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fatal_lint"]))
 
     @classmethod
     def make(cls, **overrides) -> "ConvertOptions":
@@ -51,11 +57,16 @@ class ConvertOptions:
         return cls(**values)
 
 
+def _gate_default(name: str):
+    return field(default_factory=lambda: gate_defaults()[name])
+
+
 @dataclass(frozen=True)
 class Gate:
-    min_snr_db: float  # below: the package is rejected
-    target_snr_db: float  # below: accepted with a warning
-    min_exact_fraction: float  # integer outputs (durations): fp16 may flip a rounding boundary
+    min_snr_db: float = _gate_default("min_snr_db")  # below: the package is rejected
+    target_snr_db: float = _gate_default("target_snr_db")  # below: accepted with a warning
+    # integer outputs (durations): fp16 may flip a rounding boundary
+    min_exact_fraction: float = _gate_default("min_exact_fraction")
 
     @classmethod
     def make(cls, **overrides) -> "Gate":
