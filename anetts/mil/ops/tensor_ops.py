@@ -203,6 +203,8 @@ def _apply_slices(x: torch.Tensor, plan) -> torch.Tensor:
     squeeze = []
     for d, (start, stop, step, sq) in enumerate(plan):
         n = y.shape[d]
+        if sq:  # before the whole-dim shortcut: a size-1 dim picked by squeeze_mask still goes
+            squeeze.append(d)
         if step == 1:
             if start == 0 and stop >= n:
                 continue
@@ -213,8 +215,6 @@ def _apply_slices(x: torch.Tensor, plan) -> torch.Tensor:
         else:
             idx = torch.arange(start, stop, step, dtype=torch.long)
             y = torch.index_select(y, d, idx) if idx.numel() else y.narrow(d, 0, 0)
-        if sq:
-            squeeze.append(d)
     if squeeze:
         y = y.reshape([s for i, s in enumerate(y.shape) if i not in squeeze])
     return y

@@ -1,0 +1,214 @@
+"""A stateful stage end to end: a causal attention layer with a KV cache (fp16 states) goes
+trace -> convert (ct.StateType) -> one package with `prefill` and `decode` functions -> the MIL
+executor playing a scenario (prefill 4 tokens, then 3 single-token decode steps, one state carried
+through) against the eager module; a package converted from perturbed weights fails the gate."""
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from anetts.compile.bundle import bundle_packages
+from anetts.compile.convert import ConversionError, ConvertOptions, convert_function
+from anetts.compile.inspect import function_io, load_spec
+from anetts.stage import FunctionSpec, StateSpec, TensorSpec
+from anetts.verify.parity import Gate, ParityError
+from anetts.verify.scenario import (Call, Scenario, check_scenario, load_scenario, per_call_db, record_eager,
+                                    run_scenario, save_scenario)
+
+DIM, HEADS, CTX, PREFILL, DECODE_STEPS = 32, 2, 16, 4, 3
+HEAD_DIM = DIM // HEADS
+OPTIONS = ConvertOptions(deployment_target="macOS15", precision="fp16")
+META = {"model": "kv-tiny", "family": "test"}
+
+
+class KVAttention(nn.Module):
+    """Causal self-attention over a KV cache kept in two buffers, written with slice assignment
+    at `pos` (the position of x's first token); keys beyond the current position are masked."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(DIM, 3 * DIM)
+        self.out = nn.Linear(DIM, DIM)
+        self.register_buffer("k_cache", torch.zeros(1, HEADS, CTX, HEAD_DIM))
+        self.register_buffer("v_cache", torch.zeros(1, HEADS, CTX, HEAD_DIM))
+
+    def forward(self, x, pos):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.reshape(b, t, HEADS, HEAD_DIM).transpose(1, 2) for z in (q, k, v))
+        p = pos[0]
+        self.k_cache[:, :, p:p + t] = k
+        self.v_cache[:, :, p:p + t] = v
+        att = (q @ self.k_cache.transpose(-1, -2)) * HEAD_DIM ** -0.5
+        keys = torch.arange(CTX, dtype=torch.int32)
+        mask = keys[None, :] <= (pos + torch.arange(t, dtype=torch.int32))[:, None]
+        att = torch.where(mask, att, torch.full_like(att, -1e4))
+        y = att.softmax(-1) @ self.v_cache
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+STATES = tuple(StateSpec(n, (1, HEADS, CTX, HEAD_DIM), "float16", f"{n[0].upper()} cache, by position")
+               for n in ("k_cache", "v_cache"))
+
+
+def function_spec(name: str, tokens: int) -> FunctionSpec:
+    return FunctionSpec(name, (TensorSpec("x", (1, tokens, DIM), "float32", "token features"),
+                               TensorSpec("pos", (1,), "int32", "position of the first token")),
+                        (TensorSpec("y", (1, tokens, DIM), "float32", "attention output"),), STATES)
+
+
+FUNCTIONS = {"prefill": function_spec("prefill", PREFILL), "decode": function_spec("decode", 1)}
+
+
+def make_scenario() -> Scenario:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, PREFILL + DECODE_STEPS, DIM)).astype(np.float32)
+    calls = [Call("prefill", {"x": x[:, :PREFILL], "pos": np.array([0], np.int32)},
+                  state_valid={s.name: (2, PREFILL) for s in STATES})]
+    for p in range(PREFILL, PREFILL + DECODE_STEPS):
+        calls.append(Call("decode", {"x": x[:, p:p + 1], "pos": np.array([p], np.int32)},
+                          state_valid={s.name: (2, p + 1) for s in STATES}))
+    return Scenario("prefill4_decode3", FUNCTIONS, tuple(calls))
+
+
+def export_and_convert(module: nn.Module, out_dir) -> "Path":
+    """Trace each function (checked against eager), convert it with its states, merge into one package."""
+    packages = {}
+    for name, fn in FUNCTIONS.items():
+        args = (torch.randn(fn.inputs[0].shape), torch.zeros(1, dtype=torch.int32))
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            eager = copy.deepcopy(module)(*args)
+            traced = torch.jit.trace(copy.deepcopy(module), args)
+            torch.testing.assert_close(traced(*args), eager)
+        ts = out_dir / f"{name}.pt"
+        traced.save(str(ts))
+        packages[name] = out_dir / f"{name}.mlpackage"
+        report = convert_function(ts, fn, packages[name], out_dir / f"{name}.json", OPTIONS, META, stage="attn",
+                                  geometry={"context": CTX})
+        assert report["states"] == [{"name": s.name, "shape": list(s.shape), "dtype": "float16"} for s in STATES]
+    out = out_dir / "attn.mlpackage"
+    bundle_packages(packages, out, default_function="prefill")
+    return out
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return KVAttention().eval()
+
+
+@pytest.fixture(scope="module")
+def scenario_and_reference(model):
+    scenario = make_scenario()
+    return scenario, record_eager(copy.deepcopy(model), scenario)
+
+
+@pytest.fixture(scope="module")
+def package(model, tmp_path_factory):
+    return export_and_convert(model, tmp_path_factory.mktemp("kv"))
+
+
+@pytest.fixture(scope="module")
+def perturbed_package(model, tmp_path_factory):
+    bad = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # ~10 % relative noise on every weight: far below a 35 dB match
+        for p in bad.parameters():
+            p.add_(0.1 * p.std() * torch.randn(p.shape, generator=g))
+    return export_and_convert(bad, tmp_path_factory.mktemp("kv_bad"))
+
+
+def test_package_has_prefill_and_decode_sharing_fp16_states(package):
+    spec = load_spec(package)
+    io = function_io(spec)
+    assert set(io) == {"prefill", "decode"}
+    for name, fn in FUNCTIONS.items():
+        assert [(s["name"], s["shape"], s["dtype"]) for s in io[name]["states"]] == \
+            [(s.name, list(s.shape), "float16") for s in STATES]
+        assert io[name]["inputs"][0]["shape"] == list(fn.inputs[0].shape)
+    from anetts.mil import load_program
+
+    program = load_program(package)
+    ops = program.op_types("decode")
+    assert ops["read_state"] >= 2 and ops["write_state"] == 2 and ops["slice_update"] == 2
+    assert program.state_specs("prefill") == program.state_specs("decode")
+
+
+def test_scenario_passes_35db_gate_per_call(package, scenario_and_reference, tmp_path):
+    scenario, reference = scenario_and_reference
+    report = run_scenario(package, scenario, reference, Gate(min_snr_db=35.0))
+    mil = report["backends"]["mil"]
+    dbs = per_call_db(report)
+    print("stateful scenario, MIL vs eager, per call (worst of output y and the written cache rows):")
+    for r in mil["calls"]:
+        print(f"  call {r['call']} {r['function']:<7} y {r['outputs']['y']['snr_db']:.1f} dB, "
+              + ", ".join(f"{k} {m['snr_db']:.1f} dB" for k, m in r["states"].items()))
+    assert len(dbs) == 1 + DECODE_STEPS
+    assert all(db >= 35.0 for db in dbs), dbs
+    assert [r["function"] for r in mil["calls"]] == ["prefill"] + ["decode"] * DECODE_STEPS
+    # the valid cache region grows with each call, and is what the states were scored on
+    assert [r["states"]["k_cache"]["n"] for r in mil["calls"]] == [HEADS * HEAD_DIM * n for n in (4, 5, 6, 7)]
+    assert report["passed"] is True
+    out = tmp_path / "attn.scenario.json"
+    check_scenario(report, out)
+    assert json.loads(out.read_text())["backends"]["mil"]["calls"][3]["function"] == "decode"
+
+
+def test_perturbed_package_fails_the_gate(perturbed_package, scenario_and_reference, tmp_path):
+    scenario, reference = scenario_and_reference
+    report = run_scenario(perturbed_package, scenario, reference, Gate(min_snr_db=35.0))
+    dbs = per_call_db(report)
+    print("perturbed weights, per call dB:", [round(d, 1) for d in dbs])
+    assert report["passed"] is False and all(d < 35.0 for d in dbs)
+    out = tmp_path / "attn.scenario.json"
+    with pytest.raises(ParityError, match="prefill4_decode3 failed its parity gate"):
+        check_scenario(report, out)
+    assert not out.exists() and (tmp_path / "attn.scenario.failed.json").exists()
+
+
+def test_decode_without_the_carried_state_fails(package, scenario_and_reference):
+    """The scenario sees state bugs: a decode step run on a fresh (zero) cache is far off."""
+    from anetts.mil import load_program
+
+    scenario, reference = scenario_and_reference
+    program = load_program(package)
+    call = scenario.calls[1]
+    fresh = program.run(dict(call.inputs), "decode", state=program.make_state("decode"))
+    from anetts.verify.metrics import compare
+
+    assert compare(reference[1]["y"], fresh["y"])["snr_db"] < 20.0
+
+
+def test_saved_scenario_scores_the_same(package, scenario_and_reference, tmp_path):
+    scenario, reference = scenario_and_reference
+    path = tmp_path / "attn.scenario.npz"
+    save_scenario(path, scenario, reference)
+    loaded, ref2 = load_scenario(path)
+    assert loaded.to_json() == scenario.to_json()
+    a = run_scenario(package, scenario, reference, Gate())
+    b = run_scenario(package, loaded, ref2, Gate())
+    assert per_call_db(a) == per_call_db(b)
+
+
+def test_states_need_macos15_naming_the_stage(tmp_path):
+    with pytest.raises(ConversionError, match=r"attn/decode: states \['k_cache', 'v_cache'\] need deployment_target macOS15"):
+        convert_function(tmp_path / "never_read.pt", FUNCTIONS["decode"], tmp_path / "d.mlpackage", tmp_path / "d.json",
+                         ConvertOptions(deployment_target="macOS14"), META, stage="attn")
+    assert not (tmp_path / "d.mlpackage").exists() and not (tmp_path / "d.json").exists()
+
+
+def test_scenario_rejects_inconsistent_calls():
+    scenario = make_scenario()
+    with pytest.raises(ValueError, match="unknown function 'step'"):
+        Scenario("s", FUNCTIONS, (Call("step", scenario.calls[0].inputs),))
+    with pytest.raises(ValueError, match="expected shape"):
+        Scenario("s", FUNCTIONS, (Call("decode", scenario.calls[0].inputs),))
+    with pytest.raises(ValueError, match="must be a StateSpec"):
+        FunctionSpec("f", (), (), (TensorSpec("k", (1,), "float32", ""),))
