@@ -77,7 +77,7 @@ def make_scenario() -> Scenario:
     return Scenario("prefill4_decode3", FUNCTIONS, tuple(calls))
 
 
-def export_and_convert(module: nn.Module, out_dir) -> "Path":
+def export_and_convert(module: nn.Module, out_dir, options: ConvertOptions = OPTIONS):
     """Trace each function (checked against eager), convert it with its states, merge into one package."""
     packages = {}
     for name, fn in FUNCTIONS.items():
@@ -90,7 +90,7 @@ def export_and_convert(module: nn.Module, out_dir) -> "Path":
         ts = out_dir / f"{name}.pt"
         traced.save(str(ts))
         packages[name] = out_dir / f"{name}.mlpackage"
-        report = convert_function(ts, fn, packages[name], out_dir / f"{name}.json", OPTIONS, META, stage="attn",
+        report = convert_function(ts, fn, packages[name], out_dir / f"{name}.json", options, META, stage="attn",
                                   geometry={"context": CTX})
         assert report["states"] == [{"name": s.name, "shape": list(s.shape), "dtype": "float16"} for s in STATES]
     out = out_dir / "attn.mlpackage"
@@ -171,6 +171,18 @@ def test_perturbed_package_fails_the_gate(perturbed_package, scenario_and_refere
     with pytest.raises(ParityError, match="prefill4_decode3 failed its parity gate"):
         check_scenario(report, out)
     assert not out.exists() and (tmp_path / "attn.scenario.failed.json").exists()
+
+
+def test_linear_rewrite_keeps_states_and_parity(model, scenario_and_reference, tmp_path):
+    """The Neural Engine's Linear -> 1x1 conv pass on a stateful program: no linear left, same gate."""
+    pkg = export_and_convert(model, tmp_path, ConvertOptions(deployment_target="macOS15", linear_rewrite="conv1d"))
+    from anetts.mil import load_program
+
+    ops = load_program(pkg).op_types("decode")
+    assert "linear" not in ops and ops["conv"] == 2 and ops["write_state"] == 2
+    scenario, reference = scenario_and_reference
+    report = run_scenario(pkg, scenario, reference, Gate(min_snr_db=35.0))
+    assert report["passed"] and min(per_call_db(report)) >= 35.0
 
 
 def test_decode_without_the_carried_state_fails(package, scenario_and_reference):
