@@ -111,6 +111,7 @@ def test_failed_call_leaves_state_unchanged():
     ([0, 0, 7, 0], [1, 2, 8, 4], None, None, None, [False, False, True, False]),  # one token, squeezed
     ([0, 1, -3, 0], [0, 2, -1, 0], None, [True, False, False, True], [True, False, False, True], None),
     ([0, 0, 1, 0], [1, 2, 8, 4], [1, 1, 3, 2], None, None, None),
+    ([0, 0, 6, 0], [1, 2, 1, 4], [1, 1, -2, 1], None, None, None),  # negative stride: rows 6, 4, 2
 ])
 def test_slice_update_with_runtime_bounds_vs_numpy(begin, end, stride, begin_mask, end_mask, squeeze_mask):
     x = R.standard_normal((1, 2, 8, 4)).astype(np.float32)
