@@ -6,102 +6,47 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-from anetts.compile.bundle import bundle_packages
 from anetts.compile.convert import ConversionError, ConvertOptions, convert_function
 from anetts.compile.inspect import function_io, load_spec
-from anetts.stage import FunctionSpec, StateSpec, TensorSpec
+from anetts.stage import FunctionSpec, TensorSpec
+from anetts.verify import kv_example
+from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode, states
 from anetts.verify.parity import Gate, ParityError
 from anetts.verify.scenario import (Call, Scenario, check_scenario, load_scenario, per_call_db, record_eager,
                                     run_scenario, save_scenario)
 
-DIM, HEADS, CTX, PREFILL, DECODE_STEPS = 32, 2, 16, 4, 3
-HEAD_DIM = DIM // HEADS
+G = KVGeometry(dim=32, heads=2, context=16)
+PREFILL, DECODE_STEPS = 4, 3
+HEADS, HEAD_DIM = G.heads, G.head_dim
 OPTIONS = ConvertOptions(deployment_target="macOS15", precision="fp16")
 META = {"model": "kv-tiny", "family": "test"}
-
-
-class KVAttention(nn.Module):
-    """Causal self-attention over a KV cache kept in two buffers, written with slice assignment
-    at `pos` (the position of x's first token); keys beyond the current position are masked."""
-
-    def __init__(self):
-        super().__init__()
-        self.qkv = nn.Linear(DIM, 3 * DIM)
-        self.out = nn.Linear(DIM, DIM)
-        self.register_buffer("k_cache", torch.zeros(1, HEADS, CTX, HEAD_DIM))
-        self.register_buffer("v_cache", torch.zeros(1, HEADS, CTX, HEAD_DIM))
-
-    def forward(self, x, pos):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, HEADS, HEAD_DIM).transpose(1, 2) for z in (q, k, v))
-        p = pos[0]
-        self.k_cache[:, :, p:p + t] = k
-        self.v_cache[:, :, p:p + t] = v
-        att = (q @ self.k_cache.transpose(-1, -2)) * HEAD_DIM ** -0.5
-        keys = torch.arange(CTX, dtype=torch.int32)
-        mask = keys[None, :] <= (pos + torch.arange(t, dtype=torch.int32))[:, None]
-        att = torch.where(mask, att, torch.full_like(att, -1e4))
-        y = att.softmax(-1) @ self.v_cache
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
-
-
-STATES = tuple(StateSpec(n, (1, HEADS, CTX, HEAD_DIM), "float16", f"{n[0].upper()} cache, by position")
-               for n in ("k_cache", "v_cache"))
-
-
-def function_spec(name: str, tokens: int) -> FunctionSpec:
-    return FunctionSpec(name, (TensorSpec("x", (1, tokens, DIM), "float32", "token features"),
-                               TensorSpec("pos", (1,), "int32", "position of the first token")),
-                        (TensorSpec("y", (1, tokens, DIM), "float32", "attention output"),), STATES)
-
-
-FUNCTIONS = {"prefill": function_spec("prefill", PREFILL), "decode": function_spec("decode", 1)}
+STATES = states(G)
+FUNCTIONS = functions(G, PREFILL)
 
 
 def make_scenario() -> Scenario:
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((1, PREFILL + DECODE_STEPS, DIM)).astype(np.float32)
-    calls = [Call("prefill", {"x": x[:, :PREFILL], "pos": np.array([0], np.int32)},
-                  state_valid={s.name: (2, PREFILL) for s in STATES})]
-    for p in range(PREFILL, PREFILL + DECODE_STEPS):
-        calls.append(Call("decode", {"x": x[:, p:p + 1], "pos": np.array([p], np.int32)},
-                          state_valid={s.name: (2, p + 1) for s in STATES}))
-    return Scenario("prefill4_decode3", FUNCTIONS, tuple(calls))
+    return prefill_decode(G, PREFILL, DECODE_STEPS)
 
 
 def export_and_convert(module: nn.Module, out_dir, options: ConvertOptions = OPTIONS):
-    """Trace each function (checked against eager), convert it with its states, merge into one package."""
-    packages = {}
-    for name, fn in FUNCTIONS.items():
-        args = (torch.randn(fn.inputs[0].shape), torch.zeros(1, dtype=torch.int32))
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            eager = copy.deepcopy(module)(*args)
-            traced = torch.jit.trace(copy.deepcopy(module), args)
-            torch.testing.assert_close(traced(*args), eager)
-        ts = out_dir / f"{name}.pt"
-        traced.save(str(ts))
-        packages[name] = out_dir / f"{name}.mlpackage"
-        report = convert_function(ts, fn, packages[name], out_dir / f"{name}.json", options, META, stage="attn",
-                                  geometry={"context": CTX})
+    """export (trace, checked against eager) -> convert with states -> one prefill/decode package."""
+    out, reports = kv_example.export_and_convert(module, FUNCTIONS, out_dir, options, META,
+                                                 geometry={"context": G.context})
+    for report in reports.values():
         assert report["states"] == [{"name": s.name, "shape": list(s.shape), "dtype": "float16"} for s in STATES]
-    out = out_dir / "attn.mlpackage"
-    bundle_packages(packages, out, default_function="prefill")
     return out
 
 
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return KVAttention().eval()
+    return KVAttention(G).eval()
 
 
 @pytest.fixture(scope="module")
