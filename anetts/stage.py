@@ -103,6 +103,9 @@ class FunctionSpec:
     states: tuple[StateSpec, ...] = ()
 
     def __post_init__(self):
+        for t in (*self.inputs, *self.outputs):
+            if t.dtype not in DTYPES:  # a StateSpec passed as I/O
+                raise ValueError(f"function {self.name}: input/output {t.name} must be one of {sorted(DTYPES)}")
         for t in self.states:
             if not isinstance(t, StateSpec):
                 raise ValueError(f"function {self.name}: state {t.name} must be a StateSpec (fp16)")

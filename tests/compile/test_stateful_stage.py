@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from anetts.compile.convert import ConversionError, ConvertOptions, convert_function
 from anetts.compile.inspect import function_io, load_spec
-from anetts.stage import FunctionSpec, TensorSpec
+from anetts.stage import FunctionSpec, StateSpec, TensorSpec
 from anetts.verify import kv_example
 from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode, states
 from anetts.verify.parity import Gate, ParityError
@@ -169,6 +169,12 @@ def test_scenario_rejects_inconsistent_calls():
         Scenario("s", FUNCTIONS, (Call("decode", scenario.calls[0].inputs),))
     with pytest.raises(ValueError, match="must be a StateSpec"):
         FunctionSpec("f", (), (), (TensorSpec("k", (1,), "float32", ""),))
+    with pytest.raises(ValueError, match="input/output k_cache must be one of"):
+        FunctionSpec("f", STATES[:1], ())
+    with pytest.raises(ValueError, match=r"names used twice .*\['x'\]"):
+        FunctionSpec("f", FUNCTIONS["decode"].inputs, (TensorSpec("x", (1,), "float32", ""),))
+    with pytest.raises(ValueError, match="unsupported dtype 'float32'; choose one of \\['float16'\\]"):
+        StateSpec("k", (1,), "float32", "")
 
 
 def test_run_mil_cli_lists_states_and_runs_from_a_zero_state(package, scenario_and_reference, tmp_path, capsys):
