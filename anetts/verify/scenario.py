@@ -199,6 +199,14 @@ def _run_backend(scenario: Scenario, reference, gate: Gate, gate_states: bool, m
             "meets_target": all(r["meets_target"] for r in calls), "seconds": round(seconds, 4)}
 
 
+def _macos_version() -> tuple[int, ...] | None:
+    if sys.platform != "darwin":
+        return None
+    import platform
+
+    return tuple(int(x) for x in platform.mac_ver()[0].split(".")[:2] if x.isdigit()) or None
+
+
 def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]], gate: Gate,
                  gate_states: bool = True, compute_units: str = "CPU_AND_GPU") -> dict:
     """Play the scenario on the package with one state carried through all calls; score each call.
@@ -226,7 +234,8 @@ def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[
     has_states = bool(scenario.states)
     backends = {"mil": _run_backend(scenario, reference, gate, gate_states,
                                     (lambda: program.make_state(first)) if has_states else (lambda: None), mil_call)}
-    if sys.platform == "darwin":  # Core ML runs only on macOS; states need macOS 15
+    macos = _macos_version()
+    if macos is not None and (macos >= (15, 0) or not has_states):  # Core ML states need macOS 15
         import coremltools as ct
 
         models = {name: ct.models.MLModel(str(package), compute_units=ct.ComputeUnit[compute_units],
@@ -241,6 +250,8 @@ def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[
         backends["coreml"] = {**_run_backend(scenario, reference, gate, gate_states,
                                              (lambda: models[first].make_state()) if has_states else (lambda: None),
                                              cm_call), "compute_units": compute_units}
+    elif macos is not None:
+        backends["coreml"] = {"skipped": f"Core ML states need macOS 15 (this is {'.'.join(map(str, macos))})"}
     else:
         backends["coreml"] = {"skipped": f"CoreML predict needs macOS (this is {sys.platform})"}
     gated = [b for b in backends.values() if "passed" in b]
