@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import struct
+import sys
 import tempfile
 from pathlib import Path
 
@@ -176,10 +177,20 @@ def validate_weights_dir(weights_dir: Path, check_values: bool = True) -> FishCo
         for shard in sorted(set(wmap.values())):
             with safe_open(str(weights_dir / shard), framework="pt") as fh:
                 for name in fh.keys():
-                    if not torch.isfinite(fh.get_tensor(name)).all():
+                    if not _all_finite_bf16(fh.get_tensor(name)):
                         raise WeightsError(f"{weights_dir / shard}: tensor {name} contains NaN or inf")
     tok.load_tokenizer(weights_dir / tok.TOKENIZER_NAME, cfg)
     return cfg
+
+
+def _all_finite_bf16(t: torch.Tensor) -> bool:
+    """NaN/inf test on the bits (exponent all ones), in chunks: ~100x faster than torch.isfinite on
+    bf16 here, and no full-size temporaries for the 400 M-element embedding table."""
+    bits = t.contiguous().view(torch.int16).view(-1).numpy()
+    for start in range(0, bits.size, _CHUNK_ELEMENTS):
+        if ((bits[start:start + _CHUNK_ELEMENTS] & 0x7F80) == 0x7F80).any():
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,9 +256,11 @@ def _write_shard_streaming(path: Path, names: list[str], spec: dict, make) -> No
         fh.write(struct.pack("<Q", len(blob)))
         fh.write(blob)
         for name in names:
-            t = make(name, spec[name])
-            fh.write(t.contiguous().view(torch.int16).numpy().astype("<i2", copy=False).tobytes())
-            del t
+            bits = make(name, spec[name]).contiguous().view(torch.int16).numpy()
+            if sys.byteorder != "little":  # the format stores little-endian
+                bits = bits.byteswap()
+            fh.write(bits.data)  # the tensor's own buffer: no second full-size copy
+            del bits
 
 
 def make_synthetic(out_dir: Path, preset_name: str, seed: int = 0) -> dict:
