@@ -3,7 +3,7 @@
 Each phase runs in its own process so its peak RSS is its own (ru_maxrss of the child):
   synth     make_synthetic (streamed shards)
   validate  validate_weights_dir with the value check (reads every tensor once)
-  load      load_slow_layers for the first `--chunk-layers` layers (per-layer loader)
+  load      load_slow_layers for the first `--chunk-layers` layers (per-layer loader), every value touched
 
     python benchmarks/fish_weights_benchmark.py --preset fish-s2-pro --out /tmp/fish-s2 -o fish_weights.json
 """
@@ -35,7 +35,9 @@ def _phase(name: str, preset: str, out: Path, chunk_layers: int) -> dict:
         weights.validate_weights_dir(out, check_values=True)
     elif name == "load":
         tensors = loader.load_slow_layers(out, 0, chunk_layers)
-        info = {"layers": chunk_layers, "tensors": len(tensors),
+        # safetensors maps the shard lazily: touch every value so the bytes are really read
+        checksum = sum(float(t.float().sum()) for t in tensors.values())
+        info = {"layers": chunk_layers, "tensors": len(tensors), "checksum": checksum,
                 "bytes": sum(t.numel() * t.element_size() for t in tensors.values())}
     else:
         raise ValueError(f"unknown phase {name!r}")

@@ -18,12 +18,9 @@ def fish_tiny(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def fish_reference(fish_tiny):
     """(model, config, prompt, decode result) of the upstream reference on fish-tiny."""
-    import torch
-
     from anetts.models.fish import reference as R
     from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer
 
-    torch.set_num_threads(1)
     model, cfg = R.load_reference_model(fish_tiny)
     prompt = R.make_prompt(cfg, load_tokenizer(fish_tiny / TOKENIZER_NAME, cfg))
     return model, cfg, prompt, R.reference_decode(model, cfg, prompt)
