@@ -75,3 +75,14 @@ def test_pre_norm_fast_input_changes_the_codes(fish_tiny, fish_reference):
     out = R.reference_decode(plain.eval(), cfg, prompt, n_frames=2)
     assert np.allclose(out["slow_logits"][0], ref["slow_logits"][0], atol=1e-5)  # slow logits agree...
     assert not np.array_equal(out["codes"], ref["codes"][:2])  # ...the codes do not
+
+
+def test_fast_ar_equals_an_independent_parallel_forward(fish_reference, raw_state):
+    """Every frame's 10 cached fast passes equal one causal pass over [slow state, emb(codes 0..8)]."""
+    model, cfg, prompt, ref = fish_reference
+    for f in range(R.REFERENCE_FRAMES):
+        logits = oracle.fast_frame(raw_state, cfg, torch.from_numpy(ref["slow_hidden"][f]),
+                                   torch.from_numpy(ref["codes"][f])).numpy()
+        err = np.abs(logits - ref["fast_logits"][f]).max()
+        assert err < 1e-4 * np.abs(ref["fast_logits"][f]).max(), f"frame {f}: max |d fast logits| {err:.3g}"
+        assert (logits[1:].argmax(-1) == ref["codes"][f, 1:]).all()  # position i >= 1 predicts codebook i
