@@ -30,7 +30,7 @@ from anetts.models.fish import tokenizer as tok
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.weights import FAST_PREFIX, SLOW_PREFIX, load_state, read_config
 
-REFERENCE_FRAMES = 6
+REFERENCE_FRAMES = 16
 # Residual codebooks of the S2 codec hold 1024 entries, a quarter of the semantic 4096;
 # reference prompts keep that ratio for the synthetic presets.
 RESIDUAL_FRACTION = 4
