@@ -279,13 +279,16 @@ class LinearRewrite:
         if self.variant == "none":
             return
         where = f" in {self.where}" if self.where else ""
-        self.remaining = count_linear(mlmodel_or_package)
-        if self.stats.rewritten == 0 and self.variant == "auto" and not self.remaining:
-            return  # nothing to rewrite
-        if self.stats.rewritten == 0:
+        if self.stats.rewritten == 0 and self.variant == "auto":
+            self.remaining = count_linear(mlmodel_or_package)
+            if not self.remaining:
+                return  # a program without linear ops: nothing to rewrite
+        elif self.stats.rewritten == 0:
             extra = f" ({len(self.stats.skipped)} skipped: {self.stats.skipped[:3]})" if self.stats.skipped else ""
             raise RewriteError(f"linear rewrite {self.variant!r} matched no linear op{where}{extra}; "
                                f"set the variant to 'none' for this stage or fix the graph")
+        else:
+            self.remaining = count_linear(mlmodel_or_package)
         if self.remaining:
             raise RewriteError(f"{self.remaining} linear op(s) survived the {self.variant!r} rewrite{where}: "
                                f"{self.stats.skipped[:5]}")
