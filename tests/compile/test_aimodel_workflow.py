@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import re
 
+import jsonschema
+import pytest
 import yaml
 
-from workflow_helpers import make_workflow_copy, run_snakemake, small_config
+from anetts.workflow import ConfigError, WorkflowConfig
+
+from workflow_helpers import REPO, make_workflow_copy, run_snakemake, small_config
 
 
 def planned(workdir, target, *args) -> dict[str, int]:
@@ -31,8 +35,13 @@ def test_aimodel_target_and_config(tmp_path):
     jobs = planned(workdir, "all", "--configfile", "in_all.yaml")
     assert jobs["aimodel"] == 1 and jobs["aimodel_parity"] == 1 and jobs["manifest"] == 1
 
+
+
+def test_aimodel_config_errors_name_the_key():
+    cfg = small_config()
     cfg["aimodel"] = {"stages": ["vocoder"]}
-    (workdir / "bad.yaml").write_text(yaml.safe_dump(cfg))
-    proc = run_snakemake(workdir, "-n", "aimodels", "--configfile", "bad.yaml", check=False)
-    assert proc.returncode != 0
-    assert "aimodel.stages: ['vocoder'] are not stages of kokoro-tiny" in proc.stdout + proc.stderr
+    with pytest.raises(ConfigError, match=r"aimodel.stages: \['vocoder'\] are not stages of kokoro-tiny"):
+        WorkflowConfig(cfg).aimodel_parity_reports("kokoro-tiny")
+    cfg["aimodel"] = {"in_all": "yes"}
+    with pytest.raises(jsonschema.ValidationError, match="'yes' is not of type 'boolean'"):
+        jsonschema.validate(cfg, yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text()))
