@@ -5,7 +5,8 @@ the export's eager fp32 outputs for
   mil                    the pipeline's fp16 `.mlpackage` run by anetts.mil (fp32 accumulation),
   coreai                 the Core AI fp16 asset run by Apple's runtime,
   torch_fp16             the wrapper in half precision, torch eager on CPU,
-  torch_fp16_decomposed  Core AI's decomposed program in half precision, run by torch.
+  torch_fp16_decomposed  Core AI's decomposed program in half precision, run by torch,
+  torch_fp16_decomposed_fp16acc  the same with its matrix products accumulated in fp16.
 Stages whose package is not fp16 (duration is fp32 in config.yaml) get a fresh coremltools fp16
 conversion for the `mil` column.
 
@@ -36,7 +37,11 @@ from anetts.verify.fp16_compare import compare_executors, op_probe, _snr  # noqa
 FP16_ACCUMULATED = ("linear", "matmul", "conv_transpose", "lstm")
 
 
-def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: str, size: int, model) -> dict:
+EXECUTORS = ("mil", "coreai", "torch_fp16", "torch_fp16_decomposed", "torch_fp16_decomposed_fp16acc")
+
+
+def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: str, size: int, model,
+              executors=EXECUTORS) -> dict:
     root = workdir / "artifacts"
     stage = family.stage(stage_name)
     spec = stage.spec(size)
@@ -51,10 +56,10 @@ def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: s
     package = artifacts.package_path(model_name, stage_name, bucket, root)
     report = json.loads(artifacts.package_report(model_name, stage_name, bucket, root).read_text())
     use_package = report["precision"] == "fp16"
-    executors = ("coreai", "torch_fp16", "torch_fp16_decomposed") if use_package else \
-        ("mil", "coreai", "torch_fp16", "torch_fp16_decomposed")
-    res = compare_executors(wrapper, args, spec, reference, regions, executors=executors)
-    if use_package:
+    run_mil_on_package = use_package and "mil" in executors
+    res = compare_executors(wrapper, args, spec, reference, regions,
+                            executors=[e for e in executors if not (run_mil_on_package and e == "mil")])
+    if run_mil_on_package:
         from anetts.mil import load_program
 
         t0 = time.perf_counter()
@@ -68,7 +73,7 @@ def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: s
             per[t.name] = _snr(cut(r), cut(np.asarray(out[t.name]).reshape(r.shape)))
         res["mil"] = {"snr_db": per, "worst_snr_db": min(per.values()),
                       "seconds": round(time.perf_counter() - t0, 2), "program": "pipeline package"}
-    else:
+    elif "mil" in res:
         res["mil"]["program"] = "fresh coremltools fp16 conversion (the pipeline package is fp32)"
     ops = report.get("ops", {})
     hist = next(iter(ops.values())) if ops else {}
@@ -82,6 +87,7 @@ def main(argv=None):
     ap.add_argument("--model", default="kokoro-tiny")
     ap.add_argument("--stages", nargs="*", default=None)
     ap.add_argument("--ops", action="store_true", help="also run the single-op probe")
+    ap.add_argument("--executors", nargs="*", default=list(EXECUTORS), choices=EXECUTORS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-o", "--out", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -98,10 +104,10 @@ def main(argv=None):
             continue
         size = st["buckets"][0]
         bucket = family.stage(stage_name).bucket_name(size)
-        row = stage_row(a.workdir, a.model, family, stage_name, bucket, size, model)
+        row = stage_row(a.workdir, a.model, family, stage_name, bucket, size, model, tuple(a.executors))
         rows.append(row)
         print(json.dumps({k: (v.get("worst_snr_db", v.get("error")) if isinstance(v, dict) and k in
-                              ("mil", "coreai", "torch_fp16", "torch_fp16_decomposed") else v)
+                              EXECUTORS else v)
                           for k, v in row.items()}), flush=True)
     op_rows = []
     if a.ops:
@@ -109,7 +115,7 @@ def main(argv=None):
         for r in op_rows:
             print(json.dumps(r, ensure_ascii=False), flush=True)
 
-    cols = ("mil", "coreai", "torch_fp16", "torch_fp16_decomposed")
+    cols = tuple(a.executors)
     print("\n| stage / bucket | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for r in rows:
         cells = [f"{r[c]['worst_snr_db']:.1f}" if "worst_snr_db" in r.get(c, {}) else "error" for c in cols]

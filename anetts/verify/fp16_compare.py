@@ -7,7 +7,9 @@
 - `torch_fp16_decomposed`: the *Core AI program* (torch.export + coreai-torch's decompositions)
                 run by torch in fp16: Core AI's op graph under the MIL executor's arithmetic. If it
                 scores like `mil`, the two programs are equivalent and the gap is Apple's arithmetic;
-                if it scores like `coreai`, the gap is in the program (decomposition).
+                if it scores like `coreai`, the gap is in the program (decomposition);
+- `torch_fp16_decomposed_fp16acc`: the same, with mm/addmm/bmm accumulated in fp16 the way the op
+                probe shows Apple's runtime does it: how much of the gap that one kernel explains.
 
 `op_probe` isolates single ops at growing reduction lengths, so an executor that accumulates in
 fp16 (error growing with the reduction length) is told apart from one that accumulates in fp32.
@@ -46,6 +48,35 @@ def torch_fp16_decomposed(wrapper, args) -> tuple:
     """Core AI's decomposed fp16 program, executed by torch."""
     ep, hargs = _export(wrapper, args, "fp16")
     with torch.no_grad():
+        out = ep.module()(*hargs)
+    return tuple(o.float() for o in (out if isinstance(out, tuple) else (out,)))
+
+
+def _mm_fp16_acc(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b (..., M, K) x (..., K, N) in half: each product rounded, summed left to right in fp16."""
+    acc = torch.zeros(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), dtype=torch.float16)
+    for k in range(a.shape[-1]):
+        acc = acc + a[..., :, k:k + 1] * b[..., k:k + 1, :]  # half ops on CPU: fp32 compute, one rounding
+    return acc
+
+
+class _FP16Accumulation(torch.utils._python_dispatch.TorchDispatchMode):
+    """Runs fp16 mm/addmm/bmm with an fp16 accumulator (Apple's Linux runtime's `linear`, see op_probe)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        aten = torch.ops.aten
+        if func in (aten.mm.default, aten.bmm.default) and args[0].dtype == torch.float16:
+            return _mm_fp16_acc(args[0], args[1])
+        if func is aten.addmm.default and args[1].dtype == torch.float16 and not kwargs:
+            return args[0] + _mm_fp16_acc(args[1], args[2])
+        return func(*args, **kwargs)
+
+
+def torch_fp16_decomposed_fp16acc(wrapper, args) -> tuple:
+    """Core AI's decomposed fp16 program run by torch, its matrix products accumulated in fp16."""
+    ep, hargs = _export(wrapper, args, "fp16")
+    with torch.no_grad(), _FP16Accumulation():
         out = ep.module()(*hargs)
     return tuple(o.float() for o in (out if isinstance(out, tuple) else (out,)))
 
@@ -92,7 +123,8 @@ def compare_executors(wrapper, args: tuple, spec: BucketSpec, reference: tuple, 
         runners = {"mil": lambda: mlpackage_fp16(wrapper, args, spec, Path(tmp)),
                    "coreai": lambda: aimodel_fp16(wrapper, args, spec, Path(tmp)),
                    "torch_fp16": lambda: torch_fp16(wrapper, args),
-                   "torch_fp16_decomposed": lambda: torch_fp16_decomposed(wrapper, args)}
+                   "torch_fp16_decomposed": lambda: torch_fp16_decomposed(wrapper, args),
+                   "torch_fp16_decomposed_fp16acc": lambda: torch_fp16_decomposed_fp16acc(wrapper, args)}
         for name in executors:
             t0 = time.perf_counter()
             try:
