@@ -162,3 +162,23 @@ def test_bad_inputs_are_named(export_folder, tmp_path):
         run_asset(asset, inputs, "b3s")
     with pytest.raises(AIModelError, match="not a Core AI asset"):
         run_asset(tmp_path / "missing.aimodel", inputs)
+
+
+def test_apple_runtime_accumulates_linear_in_fp16(tmp_path):
+    """docs/coreai.md's explanation of the fp16 gap, pinned: Apple's fp16 `linear` is bit-exact with a
+    sequential fp16 accumulator; the MIL executor's policy (fp32 accumulation) is ~12 dB closer to fp64."""
+    from anetts.verify.fp16_compare import _Op, aimodel_fp16, fp16_accumulate_linear, torch_fp16_decomposed_fp16acc
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(16, 96, generator=g) * 96 ** -0.5
+    x = torch.randn(1, 8, 96, generator=g).half().float()
+    op = _Op(lambda m, x: torch.nn.functional.linear(x, m.w), {"w": w}).eval()
+    spec = BucketSpec("probe", "p", 0, {}, (TensorSpec("x", (1, 8, 96), "float32", ""),), (TensorSpec("y", (1, 8, 16), "float32", ""),))
+    (apple,) = aimodel_fp16(op, (x,), spec, tmp_path)
+    model = fp16_accumulate_linear(x.numpy(), w.numpy())
+    np.testing.assert_array_equal(apple, model)
+    np.testing.assert_array_equal(torch_fp16_decomposed_fp16acc(op, (x,))[0].numpy(), model)
+    exact = (x.double() @ w.half().double().T).numpy()
+    fp32_acc = (x @ w.half().float().T).half().float().numpy()
+    err = lambda y: float(np.sum((y - exact) ** 2))
+    assert err(model) > 4 * err(fp32_acc)
