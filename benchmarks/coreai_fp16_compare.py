@@ -6,7 +6,8 @@ the export's eager fp32 outputs for
   coreai                 the Core AI fp16 asset run by Apple's runtime,
   torch_fp16             the wrapper in half precision, torch eager on CPU,
   torch_fp16_decomposed  Core AI's decomposed program in half precision, run by torch,
-  torch_fp16_decomposed_fp16acc  the same with its matrix products accumulated in fp16.
+  torch_fp16_decomposed_fp16acc  the same with its matrix products accumulated in fp16,
+  torch_fp16_decomposed_fp16acc_convt  and its 1-D transposed convolutions too.
 Stages whose package is not fp16 (duration is fp32 in config.yaml) get a fresh coremltools fp16
 conversion for the `mil` column.
 
@@ -37,7 +38,8 @@ from anetts.verify.fp16_compare import compare_executors, op_probe, _snr  # noqa
 FP16_ACCUMULATED = ("linear", "matmul", "conv_transpose", "lstm")
 
 
-EXECUTORS = ("mil", "coreai", "torch_fp16", "torch_fp16_decomposed", "torch_fp16_decomposed_fp16acc")
+EXECUTORS = ("mil", "coreai", "torch_fp16", "torch_fp16_decomposed", "torch_fp16_decomposed_fp16acc",
+             "torch_fp16_decomposed_fp16acc_convt")
 
 
 def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: str, size: int, model,

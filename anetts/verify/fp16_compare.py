@@ -60,8 +60,28 @@ def _mm_fp16_acc(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+def _conv_transpose1d_fp16_acc(x, w, bias, stride, padding, output_padding) -> torch.Tensor:
+    """conv_transpose1d in half: each product rounded, accumulated in fp16, input channels outermost
+    and kernel taps inner (the order that matches Apple's runtime in the op probe)."""
+    n, cin, length = x.shape
+    _, cout, k = w.shape
+    full = torch.zeros(n, cout, (length - 1) * stride + k + output_padding, dtype=torch.float16)
+    pos = torch.arange(length) * stride
+    for ci in range(cin):
+        for tap in range(k):
+            prod = x[:, ci:ci + 1, :] * w[ci, :, tap][None, :, None]  # (n, cout, length), rounded
+            full[:, :, pos + tap] = full[:, :, pos + tap] + prod
+    out = full[:, :, padding:full.shape[-1] - padding]
+    return out if bias is None else out + bias[None, :, None]
+
+
 class _FP16Accumulation(torch.utils._python_dispatch.TorchDispatchMode):
-    """Runs fp16 mm/addmm/bmm with an fp16 accumulator (Apple's Linux runtime's `linear`, see op_probe)."""
+    """Runs fp16 mm/addmm/bmm (and, with `conv_transpose`, 1-D transposed convolutions) with an fp16
+    accumulator, the arithmetic the op probe finds in Apple's Linux runtime."""
+
+    def __init__(self, conv_transpose: bool = False):
+        super().__init__()
+        self.conv_transpose = conv_transpose
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -70,13 +90,17 @@ class _FP16Accumulation(torch.utils._python_dispatch.TorchDispatchMode):
             return _mm_fp16_acc(args[0], args[1])
         if func is aten.addmm.default and args[1].dtype == torch.float16 and not kwargs:
             return args[0] + _mm_fp16_acc(args[1], args[2])
+        if (self.conv_transpose and func is aten.convolution.default and args[0].dtype == torch.float16
+                and args[6] and args[0].dim() == 3 and args[8] == 1 and list(args[5]) == [1]):
+            return _conv_transpose1d_fp16_acc(args[0], args[1], args[2], args[3][0], args[4][0], args[7][0])
         return func(*args, **kwargs)
 
 
-def torch_fp16_decomposed_fp16acc(wrapper, args) -> tuple:
-    """Core AI's decomposed fp16 program run by torch, its matrix products accumulated in fp16."""
+def torch_fp16_decomposed_fp16acc(wrapper, args, conv_transpose: bool = False) -> tuple:
+    """Core AI's decomposed fp16 program run by torch, its matrix products (and optionally its
+    transposed convolutions) accumulated in fp16."""
     ep, hargs = _export(wrapper, args, "fp16")
-    with torch.no_grad(), _FP16Accumulation():
+    with torch.no_grad(), _FP16Accumulation(conv_transpose):
         out = ep.module()(*hargs)
     return tuple(o.float() for o in (out if isinstance(out, tuple) else (out,)))
 
@@ -124,7 +148,8 @@ def compare_executors(wrapper, args: tuple, spec: BucketSpec, reference: tuple, 
                    "coreai": lambda: aimodel_fp16(wrapper, args, spec, Path(tmp)),
                    "torch_fp16": lambda: torch_fp16(wrapper, args),
                    "torch_fp16_decomposed": lambda: torch_fp16_decomposed(wrapper, args),
-                   "torch_fp16_decomposed_fp16acc": lambda: torch_fp16_decomposed_fp16acc(wrapper, args)}
+                   "torch_fp16_decomposed_fp16acc": lambda: torch_fp16_decomposed_fp16acc(wrapper, args),
+                   "torch_fp16_decomposed_fp16acc_convt": lambda: torch_fp16_decomposed_fp16acc(wrapper, args, True)}
         for name in executors:
             t0 = time.perf_counter()
             try:
