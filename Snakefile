@@ -17,6 +17,7 @@ include: "rules/convert.smk"
 include: "rules/parity.smk"
 include: "rules/bundle.smk"
 include: "rules/manifest.smk"
+include: "rules/aimodel.smk"
 
 
 rule all:
@@ -24,3 +25,5 @@ rule all:
         manifest_file(config["model"]),
         f"artifacts/{config['model']}/parity_summary.md",
         WF.inspect_reports(config["model"]),
+        # Core AI assets only when config `aimodel.in_all` asks for them (`snakemake aimodels` otherwise)
+        WF.aimodel_parity_reports(config["model"]) if WF.aimodel_in_all() else [],

@@ -59,6 +59,19 @@ def bundle_path(model: str, stage: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "bundles" / f"{stage}.mlpackage"
 
 
+def aimodel_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    """Core AI asset (`.aimodel`, OS 27+) of one stage/bucket, beside the `.mlpackage`."""
+    return model_dir(model, root) / "aimodels" / stage / f"{bucket}.aimodel"
+
+
+def aimodel_report(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "aimodels" / stage / f"{bucket}.json"
+
+
+def aimodel_parity_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "aimodel_parity" / stage / f"{bucket}.json"
+
+
 def manifest_path(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "manifest.json"
 

@@ -9,7 +9,7 @@ from importlib import metadata
 
 from anetts._version import __version__
 
-TOOLS = ("torch", "coremltools", "numpy", "kokoro", "transformers", "snakemake")
+TOOLS = ("torch", "coremltools", "numpy", "kokoro", "transformers", "snakemake", "coreai-core", "coreai-torch")
 
 
 @functools.lru_cache(maxsize=None)

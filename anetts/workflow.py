@@ -188,6 +188,32 @@ class WorkflowConfig:
     def torchscripts(self, model: str) -> list[str]:
         return [f"{artifacts.export_base(model, s, b)}.pt" for s in self.stages(model) for b in self.buckets(model, s)]
 
+    # -- Core AI assets (rules/aimodel.smk) ---------------------------------------------------
+    def aimodel_in_all(self) -> bool:
+        return bool(self.config.get("aimodel", {}).get("in_all", False))
+
+    def aimodel_stages(self, model: str) -> list[str]:
+        """Stages that get a `.aimodel` (config `aimodel.stages`, default all)."""
+        wanted = self.config.get("aimodel", {}).get("stages")
+        stages = self.stages(model)
+        if wanted is None:
+            return stages
+        unknown = sorted(set(wanted) - set(stages))
+        if unknown:
+            raise ConfigError(f"aimodel.stages: {unknown} are not stages of {model}; stages: {stages}")
+        return [s for s in stages if s in wanted]
+
+    def aimodel_code(self, model: str, stage: str) -> list[str]:
+        # the asset is a fresh torch.export of the stage wrapper, so the stage's code is an input
+        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py"])
+
+    def aimodel_parity_code(self) -> list[str]:
+        return self._rel([_PKG / "verify" / "aimodel_parity.py", *self.parity_code()])
+
+    def aimodel_parity_reports(self, model: str) -> list[str]:
+        return [str(artifacts.aimodel_parity_path(model, s, b)) for s in self.aimodel_stages(model)
+                for b in self.buckets(model, s)]
+
     # -- rule params -------------------------------------------------------------------------
     def weights_source(self, model: str) -> dict:
         src = dict(self.config["models"][model]["weights"])

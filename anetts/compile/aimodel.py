@@ -1,0 +1,286 @@
+"""Convert one stage/bucket into an Apple Core AI asset (`.aimodel`, OS 27+) and run it on Linux.
+
+Route: the stage wrapper → `torch.export` → `run_decompositions(coreai_torch.get_decomp_table())`
+→ `coreai_torch.TorchConverter` → `AIProgram.save_asset`. The TorchScript of the export job cannot be
+re-exported with `torch.export`, so the wrapper is rebuilt from the weights and fed the export job's
+example inputs; its eager outputs must equal the export's stored eager outputs, so the asset and the
+`.mlpackage` come from the same program and share one fp32 reference.
+
+Precision: `fp16` converts the half-precision module, which makes the asset's float inputs and
+outputs fp16 as well (Core AI has no option to keep fp32 I/O); `run_asset` casts at the boundary.
+
+Execution: `coreai-core` ships Apple's CPU runtime for Linux; on macOS the same call runs the OS
+runtime. A raw `.aimodel` only loads through `AIModelAsset.executable()` on Linux.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import re
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from anetts._version import __version__
+from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.compile.bundle import function_name
+from anetts.compile.convert import LICENSE, PRECISIONS
+from anetts.compile.trace import TRACE_REL_TOL
+from anetts.provenance import provenance
+from anetts.stage import BucketSpec, Family
+
+log = logging.getLogger(__name__)
+
+# Core AI's summary spells tensor types as "NDArray (Float32, 1 × 4 × 16)".
+_TYPE_RE = re.compile(r"NDArray \((\w+), ([^)]*)\)")
+_DTYPES = {"Float32": np.float32, "Float16": np.float16, "Int32": np.int32}
+
+
+class AIModelError(RuntimeError):
+    pass
+
+
+def _coreai():
+    with warnings.catch_warnings():
+        # coreai-torch warns that torch > 2.13.0 is unvalidated; the project pins 2.13.0
+        warnings.simplefilter("ignore")
+        import coreai_torch
+        from coreai.authoring import AIModelAsset
+    return coreai_torch, AIModelAsset
+
+
+def parse_tensor_type(text: str) -> tuple[np.dtype, tuple[int, ...]]:
+    m = _TYPE_RE.fullmatch(text.strip())
+    if m is None or m.group(1) not in _DTYPES:
+        raise AIModelError(f"unrecognised Core AI tensor type {text!r}")
+    dims = m.group(2).replace("×", "x").split("x")
+    return np.dtype(_DTYPES[m.group(1)]), tuple(int(d) for d in dims if d.strip())
+
+
+def asset_io(asset_path: Path) -> dict:
+    """Functions and per-function I/O (name, shape, dtype) of a saved asset, from its program."""
+    _, AIModelAsset = _coreai()
+    summary = AIModelAsset.load(Path(asset_path)).summary(include_statistics=True)
+    if summary is None:
+        raise AIModelError(f"{asset_path}: asset has no program")
+
+    def describe(pairs):
+        out = []
+        for name, text in pairs:
+            dtype, shape = parse_tensor_type(text)
+            out.append({"name": name, "shape": list(shape), "dtype": dtype.name})
+        return out
+
+    functions = {f: {"inputs": describe(summary.function_inputs(f)), "outputs": describe(summary.function_outputs(f))}
+                 for f in summary.function_names}
+    ops = {}
+    try:
+        ops = {str(k): int(v) for k, v in dict(summary.operation_distribution).items()}
+    except (TypeError, ValueError, AttributeError):
+        ops = {}
+    return {"functions": functions, "ops": ops}
+
+
+def _io_dtype(spec_dtype: str, precision: str) -> str:
+    return "float16" if spec_dtype == "float32" and precision == "fp16" else spec_dtype
+
+
+def check_asset_io(spec: BucketSpec, io: dict, function: str, precision: str, where) -> None:
+    """The asset's function must have exactly the export spec's names and shapes (fp16 floats at fp16)."""
+    if function not in io["functions"]:
+        raise AIModelError(f"{where}: no function {function!r}; functions: {sorted(io['functions'])}")
+    fn = io["functions"][function]
+    for kind, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
+        want = {t.name: (list(t.shape), _io_dtype(t.dtype, precision)) for t in tensors}
+        got = {t["name"]: (t["shape"], t["dtype"]) for t in fn[kind]}
+        if got != want:
+            raise AIModelError(f"{where}: {kind} {got} do not match the export spec {want}")
+
+
+def _export(wrapper, args: tuple, precision: str):
+    """(exported program, the args it was exported with): fp16 exports the half-precision module."""
+    import torch
+
+    coreai_torch, _ = _coreai()
+    if precision not in PRECISIONS:
+        raise AIModelError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    if precision == "fp16":
+        wrapper = copy.deepcopy(wrapper).half()
+        args = tuple(a.half() if a.is_floating_point() else a for a in args)
+    with torch.no_grad():
+        ep = torch.export.export(wrapper.eval(), args)
+        ep = ep.run_decompositions(coreai_torch.get_decomp_table())
+    return ep, args
+
+
+def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out_asset: Path, out_report: Path,
+                   precision: str, model_meta: dict, function: str | None = None) -> dict:
+    """Export, convert and save one module as a one-function asset; checked, then moved into place.
+
+    `inputs`: example inputs by name (the spec's dtypes); `function`: the asset's function name
+    (default: the bucket's bundle function name, `t32`, `b3s`, ...).
+    """
+    import torch
+
+    out_asset, out_report = Path(out_asset), Path(out_report)
+    clear_outputs(out_asset, out_report)
+    coreai_torch, _ = _coreai()
+    function = function or function_name(spec.bucket)
+    where = f"{spec.stage}/{spec.bucket}"
+    for t in spec.inputs:
+        if t.name not in inputs:
+            raise AIModelError(f"{where}: example inputs lack input: {t.name}")
+        t.check(inputs[t.name], f"example input of {where}")
+    args = tuple(torch.from_numpy(np.ascontiguousarray(inputs[t.name])) for t in spec.inputs)
+
+    t0 = time.perf_counter()
+    try:
+        ep, _ = _export(wrapper, args, precision)
+    except AIModelError:
+        raise
+    except Exception as e:
+        raise AIModelError(f"torch.export failed on {where}: {type(e).__name__}: {e}") from e
+    t1 = time.perf_counter()
+    try:
+        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
+        converter.add_exported_program(ep, input_names=[t.name for t in spec.inputs],
+                                       output_names=[t.name for t in spec.outputs], entrypoint_name=function)
+        program = converter.to_coreai()
+    except Exception as e:
+        raise AIModelError(f"coreai-torch failed on {where}: {type(e).__name__}: {e}") from e
+    t2 = time.perf_counter()
+
+    meta = {
+        "anetts.model": model_meta["model"],
+        "anetts.family": model_meta.get("family", ""),
+        "anetts.source": model_meta.get("source", ""),
+        "anetts.revision": str(model_meta.get("revision") or ""),
+        "anetts.stage": spec.stage,
+        "anetts.bucket": spec.bucket,
+        "anetts.geometry": json.dumps(spec.geometry, sort_keys=True),
+        "anetts.precision": precision,
+        "anetts.version": __version__,
+    }
+
+    def stamp(m):
+        m.author = "ane-tts"
+        m.license = LICENSE.get(model_meta.get("family"), "see the model card")
+        m.model_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
+        for k, v in meta.items():
+            m.set_custom(k, v)
+
+    with atomic_outputs(out_asset, out_report) as (tmp_asset, tmp_report):
+        asset = program.save_asset(tmp_asset)
+        asset.update_metadata(stamp)
+        io = asset_io(tmp_asset)
+        check_asset_io(spec, io, function, precision, tmp_asset)
+        report = {
+            "stage": spec.stage,
+            "bucket": spec.bucket,
+            "function": function,
+            "geometry": spec.geometry,
+            "asset": out_asset.name,
+            "sha256": tree_sha256(tmp_asset),
+            "bytes": sum(p.stat().st_size for p in tmp_asset.rglob("*") if p.is_file()),
+            "precision": precision,
+            "minimum_os": "27",
+            **io["functions"][function],
+            "ops": io["ops"],
+            "n_ops": sum(io["ops"].values()),
+            "seconds": {"export": round(t1 - t0, 3), "convert": round(t2 - t1, 3),
+                        "total": round(time.perf_counter() - t0, 3)},
+            "metadata": meta,
+            "provenance": provenance(),
+        }
+        write_json(tmp_report, report)
+    log.info("converted %s to Core AI (%s) in %.1fs, %d ops", where, precision, report["seconds"]["total"], report["n_ops"])
+    return report
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path, example_inputs: Path,
+                  export_outputs: Path, export_report: Path, out_asset: Path, out_report: Path,
+                  precision: str, model_meta: dict, model=None) -> dict:
+    """The stage at one bucket from the export folder (`anetts.compile.trace` output) to an asset.
+
+    The rebuilt wrapper must reproduce the export's stored eager outputs on its example inputs:
+    otherwise the weights or the stage code changed since the export and the two formats would
+    not be the same model.
+    """
+    import torch
+
+    clear_outputs(out_asset, out_report)
+    stage = family.stage(stage_name)
+    spec = stage.spec(size)
+    exported = BucketSpec.from_json(json.loads(Path(export_report).read_text(encoding="utf-8"))["spec"])
+    if exported != spec:
+        raise AIModelError(f"{export_report}: export spec {exported.bucket} does not match {stage_name} at size {size}; re-run the export")
+    inputs = load_npz(example_inputs)
+    stored = load_npz(export_outputs)
+    model = model if model is not None else family.load_model(weights_dir, stage_name)
+    wrapper = stage.build(model).eval()
+    args = tuple(torch.from_numpy(inputs[t.name]) for t in spec.inputs)
+    with torch.no_grad():
+        eager = wrapper(*args)
+    eager = eager if isinstance(eager, tuple) else (eager,)
+    for t, e in zip(spec.outputs, eager):
+        key = f"eager/{t.name}"
+        if key not in stored:
+            raise AIModelError(f"{export_outputs}: lacks {key}; re-run the export")
+        ref = stored[key].astype(np.float64)
+        diff = float(np.abs(e.double().numpy() - ref).max())
+        if not np.isfinite(diff) or diff > TRACE_REL_TOL * (float(np.abs(ref).max()) or 1.0):
+            raise AIModelError(f"{stage_name}/{spec.bucket}: rebuilt wrapper's {t.name} differs from the export's eager "
+                               f"output by {diff:.3g}; the weights or stage code changed since the export")
+    return convert_module(wrapper, inputs, spec, out_asset, out_report, precision, model_meta)
+
+
+def run_asset(asset_path: Path, inputs: dict[str, np.ndarray], function: str | None = None) -> dict[str, np.ndarray]:
+    """Run one function of an asset with Apple's runtime; float outputs come back as float32.
+
+    Inputs are checked by name and shape against the function's signature and cast to its
+    declared dtype (fp16 assets take fp16), so a wrong input is an error naming it, never a
+    crash inside the runtime.
+    """
+    from coreai.runtime import NDArray
+
+    _, AIModelAsset = _coreai()
+    asset_path = Path(asset_path)
+    if not asset_path.is_dir():
+        raise AIModelError(f"{asset_path}: not a Core AI asset (no such directory)")
+    io = asset_io(asset_path)
+    if function is None:
+        if len(io["functions"]) != 1:
+            raise AIModelError(f"{asset_path}: has functions {sorted(io['functions'])}; name one")
+        function = next(iter(io["functions"]))
+    if function not in io["functions"]:
+        raise AIModelError(f"{asset_path}: no function {function!r}; functions: {sorted(io['functions'])}")
+    feed = {}
+    for t in io["functions"][function]["inputs"]:
+        if t["name"] not in inputs:
+            raise AIModelError(f"{asset_path}: missing input: {t['name']}")
+        a = np.asarray(inputs[t["name"]])
+        if list(a.shape) != t["shape"]:
+            raise AIModelError(f"{asset_path}: expected shape {tuple(t['shape'])}, got {a.shape} for input: {t['name']}")
+        want = np.dtype(t["dtype"])
+        if a.dtype.kind != want.kind and not (a.dtype.kind in "iu" and want.kind in "iu"):
+            raise AIModelError(f"{asset_path}: expected a {want.name} array, got {a.dtype} for input: {t['name']}")
+        feed[t["name"]] = NDArray(np.ascontiguousarray(a.astype(want, copy=False)))
+    unknown = sorted(set(inputs) - set(feed))
+    if unknown:
+        raise AIModelError(f"{asset_path}: unknown inputs {unknown}; function {function} takes {sorted(feed)}")
+
+    async def go():
+        async with AIModelAsset.load(asset_path).executable() as model:
+            return await model.load_function(function)(feed)
+
+    out = asyncio.run(go())
+    return {k: (v.numpy().astype(np.float32) if v.numpy().dtype == np.float16 else v.numpy()) for k, v in out.items()}
