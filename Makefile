@@ -4,8 +4,12 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 # The CPU build of torch; an unpinned `torch` resolves to a multi-GB CUDA build on Linux.
 TORCH_SPEC ?= torch==2.13.0
+# olah (a Hub mirror the publish tests download through) in its own venv: it needs huggingface_hub 2.x,
+# the project (transformers < 5) needs 0.x.
+OLAH_VENV ?= .venv-olah
+OLAH_SPEC ?= olah==0.5.4
 
-.PHONY: setup build test clean
+.PHONY: setup build test clean olah
 
 setup: $(VENV)/.installed
 
@@ -16,11 +20,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
+olah: $(OLAH_VENV)/bin/olah-cli
+
+$(OLAH_VENV)/bin/olah-cli:
+	python3 -m venv $(OLAH_VENV)
+	$(OLAH_VENV)/bin/python -m pip install -q "$(OLAH_SPEC)"
+
 build: setup
 	$(VENV)/bin/snakemake all --cores $(CORES)
 
-test: setup
-	$(VENV)/bin/pytest -q
+test: setup olah
+	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli $(VENV)/bin/pytest -q
 
 clean:
 	rm -rf artifacts .snakemake

@@ -16,6 +16,7 @@ include: "rules/convert.smk"
 include: "rules/parity.smk"
 include: "rules/bundle.smk"
 include: "rules/manifest.smk"
+include: "rules/publish.smk"
 
 
 rule all:

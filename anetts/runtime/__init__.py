@@ -40,8 +40,11 @@ __all__ = [
 
 
 def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, *, threads: int | None = None,
-         compute_units: str | Mapping[str, str] | None = None) -> KokoroRuntime:
-    """Open a built model directory (``artifacts/<model>``) for synthesis.
+         compute_units: str | Mapping[str, str] | None = None, endpoint: str | None = None) -> KokoroRuntime:
+    """Open a built model directory (``artifacts/<model>``) or a published one (``hf://OWNER/REPO@REV``).
+
+    ``hf://`` downloads the variant the backend needs into the Hugging Face cache (``endpoint``:
+    another Hub than ``HF_ENDPOINT``) and verifies every file before use (:mod:`anetts.publish.download`).
 
     ``backend``: ``"torch"`` (TorchScript exports, any OS; the default off macOS), ``"coreml"``
     (the .mlpackages through Core ML, macOS only; the default there) or ``"mil"`` (the MIL
@@ -49,6 +52,10 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     ``compute_units`` overrides the manifest's per-stage Core ML compute units (a name for all
     stages, or {stage: name}). Packages are verified (sha256) and loaded on first use.
     """
+    if isinstance(model_dir, str) and model_dir.startswith("hf://"):
+        from anetts.publish.download import fetch
+
+        model_dir = fetch(model_dir, backend=backend, endpoint=endpoint).model_dir
     artifacts = ModelArtifacts.load(model_dir)
     runner = make_backend(backend, artifacts, threads=threads, compute_units=compute_units)
     return KokoroRuntime(artifacts, runner)
