@@ -64,9 +64,31 @@ def _download_errors():
     return (requests.exceptions.RequestException, HfHubHTTPError, LocalEntryNotFoundError, OSError)
 
 
+class BadFileError(IntegrityError):
+    """One downloaded file is wrong; ``path`` is its path in the repo."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+
+
 def verify_snapshot(snapshot: Path, layout: dict, variant: str) -> Path:
     """Check the variant's files in ``snapshot`` against the publish manifest; return the model dir."""
-    snapshot = Path(snapshot)
+    return _verify(Path(snapshot), layout, variant)
+
+
+def _evict(snapshot: Path, rel: str) -> None:
+    """Drop a bad file from the cache (its snapshot link and the blob behind it), so a retry downloads it.
+
+    A commit's snapshot is otherwise trusted as immutable and never fetched again."""
+    link = snapshot / rel
+    blob = link.resolve() if link.is_symlink() else None
+    for p in (link, blob):
+        if p is not None and (p.exists() or p.is_symlink()):
+            p.unlink()
+
+
+def _verify(snapshot: Path, layout: dict, variant: str) -> Path:
     variants = layout.get("variants") or {}
     if variant not in variants:
         raise HubFetchError(f"{PUBLISH_MANIFEST} has no variant {variant!r}; have {sorted(variants)}")
@@ -74,21 +96,21 @@ def verify_snapshot(snapshot: Path, layout: dict, variant: str) -> Path:
     for rel in variants[variant]:
         entry = files.get(rel)
         if entry is None:
-            raise IntegrityError(f"{rel} is in variant {variant} but not in {PUBLISH_MANIFEST}")
+            raise BadFileError(rel, f"{rel} is in variant {variant} but not in {PUBLISH_MANIFEST}")
         path = snapshot / rel
         if not path.is_file():
-            raise IntegrityError(f"{rel} is missing from the download ({snapshot})")
+            raise BadFileError(rel, f"{rel} is missing from the download ({snapshot})")
         size = path.stat().st_size
         with open(path, "rb") as f:
             head = f.read(len(LFS_POINTER_PREFIX))
         if head == LFS_POINTER_PREFIX and entry["size"] > size:
-            raise IntegrityError(f"{rel} is a Git-LFS pointer file, not its content ({size} bytes, "
+            raise BadFileError(rel, f"{rel} is a Git-LFS pointer file, not its content ({size} bytes, "
                                  f"expected {entry['size']})")
         if size != entry["size"]:
-            raise IntegrityError(f"{rel} has {size} bytes, the manifest says {entry['size']} (truncated or replaced)")
+            raise BadFileError(rel, f"{rel} has {size} bytes, the manifest says {entry['size']} (truncated or replaced)")
         got = file_sha256(path)
         if got != entry["sha256"]:
-            raise IntegrityError(f"{rel} does not match {PUBLISH_MANIFEST}: sha256 {got[:12]}... != "
+            raise BadFileError(rel, f"{rel} does not match {PUBLISH_MANIFEST}: sha256 {got[:12]}... != "
                                  f"{entry['sha256'][:12]}...; it was modified or corrupted")
     model_dir = snapshot / layout["model_dir"]
     for p in model_dir.rglob("*"):
@@ -121,6 +143,10 @@ def fetch(uri: str, *, backend: str | None = None, variant: str | None = None, e
         raise HubFetchError(f"cannot download {uri}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     except json.JSONDecodeError as e:
         raise IntegrityError(f"{uri}: {PUBLISH_MANIFEST} is not valid JSON ({e})") from e
-    model_dir = verify_snapshot(snapshot, layout, variant)
+    try:
+        model_dir = verify_snapshot(snapshot, layout, variant)
+    except BadFileError as e:
+        _evict(snapshot, e.path)
+        raise BadFileError(e.path, f"{uri}: {e}; removed from the cache (a retry downloads it again)") from None
     log.info("verified %s@%s (%s, %d files) in %s", repo_id, commit, variant, len(layout["variants"][variant]), snapshot)
     return HubModel(repo_id, commit, snapshot, model_dir, variant)

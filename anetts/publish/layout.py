@@ -137,12 +137,15 @@ def runtime_files(model_dir: Path, manifest: dict) -> dict[str, list[str]]:
     return {"coreml": common, "torch": sorted(set(common + torch_only))}
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def _link_or_copy(src: Path, dst: Path) -> bool:
+    """Hard-link (True: the staged file *is* the verified one) or copy (False: it must be re-hashed)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dst)  # the staging tree is a view of verified build files, not a second copy
+        return True
     except OSError:
         shutil.copy2(src, dst)
+        return False
 
 
 def _fmt_bytes(n: int) -> str:
@@ -172,7 +175,8 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
     lines = [*front, "", f"# {model}: Core ML packages built by ane-tts", "",
              f"`{family}` split into static-shape Core ML stages (ML Program, per-bucket packages and one "
              f"multifunction bundle per stage) plus host DSP. Weights: {weights_line}. Built from ane-tts commit "
-             f"`{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}.", "",
+             f"{'`' + git['commit'] + '`' if git.get('commit') else '(not recorded: built outside a git checkout)'}"
+             f"{' (dirty tree)' if git.get('dirty') else ''}.", "",
              "## Load and speak", "", "```bash", "pip install ane-tts",
              f"anetts speak \"Hello.\" -o hello.wav --model hf://{repo_id}@<commit>", "```", "",
              "```python", "import anetts", f"tts = anetts.load(\"hf://{repo_id}@<commit>\")  # torch off macOS, coreml on it",
@@ -214,14 +218,15 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
 
 # ------------------------------------------------------------------------------------------ staging
 
-def stage_tree(model_dir: Path, out: Path, repo_id: str) -> dict:
+def stage_tree(model_dir: Path, out: Path, repo_id: str, gated: tuple[dict, dict] | None = None) -> dict:
     """Write the Hub tree of a gated model directory to ``out`` (atomically); return its publish manifest.
 
-    Every copied package, bundle and TorchScript is re-hashed in the staging tree against the build
-    manifest, so what is uploaded is what parity verified.
+    ``gated``: what :func:`check_gate` returned for this directory (else it runs here). Files are hard
+    links to the verified build where possible; a copy is re-hashed against the build manifest, so
+    what is uploaded is what parity verified.
     """
     model_dir, out = Path(model_dir), Path(out)
-    manifest, summary = check_gate(model_dir)
+    manifest, summary = gated or check_gate(model_dir)
     family = manifest.get("family", "kokoro")
     if family not in FAMILY_LICENSES:
         raise PublishError(f"no licence information for family {family!r}; cannot publish {model_dir}")
@@ -230,13 +235,12 @@ def stage_tree(model_dir: Path, out: Path, repo_id: str) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        for rel in variants["torch"]:
-            _link_or_copy(model_dir / rel, tmp / model / rel)
+        linked = all([_link_or_copy(model_dir / rel, tmp / model / rel) for rel in variants["torch"]])
         for label, rel, sha in ([(f"package {p['stage']}/{p['bucket']}", p["path"], p["sha256"]) for p in manifest["packages"]]
                                 + [(f"bundle {b['stage']}", b["path"], b["sha256"]) for b in manifest.get("bundles", [])]
                                 + [(f"TorchScript {p['stage']}/{p['bucket']}", p["torchscript"], p["torchscript_sha256"])
                                    for p in manifest["packages"]]):
-            if tree_sha256(tmp / model / rel) != sha:
+            if not linked and tree_sha256(tmp / model / rel) != sha:
                 raise PublishError(f"{label}: staged copy {rel} does not match the manifest sha256")
         lic = FAMILY_LICENSES[family]
         for name, src in lic["files"].items():

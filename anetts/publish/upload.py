@@ -1,7 +1,7 @@
 """Publish a staged tree to the Hub in one atomic commit, or print what that commit would do.
 
-Order: gate and stage (no network) -> token present -> Hub reachable and the token accepted
-(``whoami``) -> repo created if missing -> remote tree listed -> plan (added, changed, deleted
+Order: gate (no network) -> token present -> Hub reachable and the token accepted (``whoami``)
+-> stage -> repo created if missing -> remote tree listed -> plan (added, changed, deleted
 against the remote head) -> one ``create_commit`` holding every operation, with the remote head as
 ``parent_commit`` so a concurrent change fails it instead of being overwritten. A Hub failure
 anywhere leaves the branch as it was: the Hub applies a commit whole or not at all.
@@ -17,7 +17,7 @@ from pathlib import Path
 from anetts.artifacts import write_json
 from anetts.provenance import provenance
 from anetts.publish.errors import PublishError
-from anetts.publish.layout import PUBLISH_MANIFEST, file_sha256, stage_tree
+from anetts.publish.layout import PUBLISH_MANIFEST, check_gate, file_sha256, stage_tree
 
 log = logging.getLogger(__name__)
 PUBLISHED = "published.json"
@@ -72,14 +72,14 @@ def _token(token: str | None) -> str:
 
 def _connect(api, repo_id: str):
     import requests
-    from huggingface_hub.utils import HfHubHTTPError
 
     try:
         return api.whoami()
     except requests.exceptions.ConnectionError as e:
         raise PublishError(f"cannot reach the Hub at {api.endpoint} ({type(e).__name__}); nothing was sent for {repo_id}") from e
-    except HfHubHTTPError as e:
-        raise PublishError(f"the Hub at {api.endpoint} refused the token ({e.response.status_code}); nothing was sent") from e
+    except requests.exceptions.HTTPError as e:  # whoami re-raises a 401 as a plain HTTPError
+        status = e.response.status_code if e.response is not None else "no answer"
+        raise PublishError(f"the Hub at {api.endpoint} refused the token ({status}); nothing was sent") from e
 
 
 def remote_files(api, repo_id: str, revision: str) -> tuple[str | None, dict[str, tuple[str, str | None]]]:
@@ -101,15 +101,18 @@ def remote_files(api, repo_id: str, revision: str) -> tuple[str | None, dict[str
     return head, out
 
 
-def make_plan(tree: Path, head: str | None, remote: dict[str, tuple[str, str | None]]) -> Plan:
+def make_plan(tree: Path, head: str | None, remote: dict[str, tuple[str, str | None]],
+              sha256: dict[str, str] | None = None) -> Plan:
+    """Added/changed/deleted of ``tree`` against the remote listing (``sha256``: known local hashes)."""
     plan = Plan(remote_head=head)
+    sha256 = sha256 or {}
     local = sorted(p.relative_to(tree).as_posix() for p in Path(tree).rglob("*") if p.is_file())
     for rel in local:
         if rel not in remote:
             plan.added.append(rel)
             continue
         blob, lfs_sha = remote[rel]
-        same = (lfs_sha == file_sha256(tree / rel)) if lfs_sha else (blob == _git_blob_sha1(tree / rel))
+        same = (lfs_sha == (sha256.get(rel) or file_sha256(tree / rel))) if lfs_sha else (blob == _git_blob_sha1(tree / rel))
         (plan.unchanged if same else plan.changed).append(rel)
     plan.deleted = sorted(set(remote) - set(local))
     return plan
@@ -127,15 +130,16 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", priv
         raise PublishError(f"--repo-id must be OWNER/NAME, got {repo_id!r}")
     out = publish_dir(model_dir)
     tree = out / "tree"
-    manifest = stage_tree(model_dir, tree, repo_id)
-    echo(f"staged {len(manifest['files'])} files of {manifest['model']} in {tree}")
+    gated = check_gate(model_dir)  # no network needed to learn that a tree may not be published
     tok = _token(token)
     api = _api(endpoint, tok)
     _connect(api, repo_id)
+    manifest = stage_tree(model_dir, tree, repo_id, gated)
+    echo(f"staged {len(manifest['files'])} files of {manifest['model']} in {tree}")
     if not dry_run:
         api.create_repo(repo_id, private=private, exist_ok=True)
     head, remote = remote_files(api, repo_id, revision)
-    plan = make_plan(tree, head, remote)
+    plan = make_plan(tree, head, remote, {f["path"]: f["sha256"] for f in manifest["files"]})
     echo(plan.render())
     project = provenance()
     if dry_run:

@@ -40,11 +40,12 @@ __all__ = [
 
 
 def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, *, threads: int | None = None,
-         compute_units: str | Mapping[str, str] | None = None, endpoint: str | None = None) -> KokoroRuntime:
+         compute_units: str | Mapping[str, str] | None = None, endpoint: str | None = None,
+         cache_dir: str | Path | None = None) -> KokoroRuntime:
     """Open a built model directory (``artifacts/<model>``) or a published one (``hf://OWNER/REPO@REV``).
 
-    ``hf://`` downloads the variant the backend needs into the Hugging Face cache (``endpoint``:
-    another Hub than ``HF_ENDPOINT``) and verifies every file before use (:mod:`anetts.publish.download`).
+    ``hf://`` downloads the variant the backend needs into the Hugging Face cache (``cache_dir``:
+    another cache; ``endpoint``: another Hub than ``HF_ENDPOINT``) and verifies every file before use (:mod:`anetts.publish.download`).
 
     ``backend``: ``"torch"`` (TorchScript exports, any OS; the default off macOS), ``"coreml"``
     (the .mlpackages through Core ML, macOS only; the default there) or ``"mil"`` (the MIL
@@ -55,7 +56,7 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     if isinstance(model_dir, str) and model_dir.startswith("hf://"):
         from anetts.publish.download import fetch
 
-        model_dir = fetch(model_dir, backend=backend, endpoint=endpoint).model_dir
+        model_dir = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir).model_dir
     artifacts = ModelArtifacts.load(model_dir)
     runner = make_backend(backend, artifacts, threads=threads, compute_units=compute_units)
     return KokoroRuntime(artifacts, runner)

@@ -129,7 +129,9 @@ def built_model(built_workflow) -> Path:
 
 @pytest.fixture
 def model_copy(built_model, tmp_path) -> Path:
-    """A private copy of the build to break (real copies, not links: the build stays intact)."""
+    """A private copy of the build to break. Its files are hard links (the tree is ~0.5 GB): change
+    one only through publish_helpers.replace_file, which gives it a new inode and leaves the build intact."""
     dst = tmp_path / "kokoro-tiny"
-    shutil.copytree(built_model, dst, ignore=shutil.ignore_patterns("publish"))
+    shutil.copytree(built_model, dst, ignore=shutil.ignore_patterns("publish"), copy_function=os.link)
     return dst
+

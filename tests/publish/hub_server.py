@@ -11,7 +11,8 @@ publish tests run the real ``huggingface_hub`` client against this one. It imple
     GET  /api/models/<ns>/<name>/tree/<rev>[/<path>]      files with blob oid, size, lfs sha256
     POST /api/models/<ns>/<name>/preupload/<rev>          uploadMode per file (binary or > 10 MiB: lfs)
     POST /<ns>/<name>.git/info/lfs/objects/batch          basic transfer, PUT back to this server
-    PUT  /_lfs/<ns>/<name>/<oid>                          stores .git/lfs/objects/aa/bb/<oid> (sha256 checked)
+    PUT  /_lfs/<ns>/<name>/<oid>                          stores the object (sha256 checked); a commit links it
+                                                          to the repo's .git/lfs/objects/aa/bb/<oid>
     POST /api/models/<ns>/<name>/commit/<rev>             ndjson header/file/lfsFile/deletedFile/deletedFolder
 
 Each commit is built with git plumbing in a private index and becomes visible only through one
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fnmatch
 import hashlib
 import json
 import os
@@ -41,20 +43,28 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 LFS_THRESHOLD = 10 * 1024 * 1024  # the Hub refuses regular files above 10 MiB
+# a subset of the .gitattributes the Hub gives a new repo: these always go through LFS
+DEFAULT_LFS = ("*.bin", "*.mlmodel", "*.pt", "*.pth", "*.npz", "*.npy", "*.onnx", "*.safetensors", "*.zip", "*.png")
 POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"
 POINTER_RE = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize (\d+)\n$")
 NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
 class HubError(Exception):
-    def __init__(self, status: int, message: str):
+    """An error answer; ``code`` is the Hub's X-Error-Code, which huggingface_hub maps to its error types."""
+
+    def __init__(self, status: int, message: str, code: str | None = None):
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 class Store:
     def __init__(self, mirrors: Path, token: str):
         self.root = Path(mirrors) / "models"
+        # content-addressed like the Hub's storage: an object uploaded once is linked into every repo
+        # that commits it, so publishing the same build to several test repos uploads it once
+        self.objects = Path(mirrors) / "lfs-store"
         self.token = token
         self.lock = threading.Lock()  # one ref update at a time (commits are still CAS on the ref)
         self.fail_commit = 0
@@ -65,7 +75,7 @@ class Store:
             raise HubError(400, f"invalid repo id {ns}/{name}")
         path = self.root / ns / name
         if must_exist and not (path / ".git").is_dir():
-            raise HubError(404, f"Repository Not Found for url: {ns}/{name}")
+            raise HubError(404, f"Repository Not Found for url: {ns}/{name}", "RepoNotFound")
         return path
 
     @staticmethod
@@ -97,6 +107,16 @@ class Store:
     def lfs_object(self, repo: Path, oid: str) -> Path:
         return repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
 
+    def stored(self, oid: str) -> Path:
+        return self.objects / oid
+
+    def link_object(self, repo: Path, oid: str) -> Path:
+        obj = self.lfs_object(repo, oid)
+        if not obj.is_file():
+            obj.parent.mkdir(parents=True, exist_ok=True)
+            os.link(self.stored(oid), obj)
+        return obj
+
     def lfs_info(self, repo: Path, blob: str, size: int) -> dict | None:
         if size > 200:
             return None
@@ -120,7 +140,7 @@ class Store:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             parent = self.head(repo, rev)
             if parent is None and rev != "main":
-                raise HubError(404, f"Revision Not Found: {rev}")
+                raise HubError(404, f"Revision Not Found: {rev}", "RevisionNotFound")
             if header.get("parentCommit") and header["parentCommit"] != parent:
                 raise HubError(412, f"parent commit {header['parentCommit']} is not the head of {rev} ({parent})")
             if parent:
@@ -133,9 +153,9 @@ class Store:
                     self.git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{value['path']}", env=env)
                 elif key == "lfsFile":
                     oid = value["oid"]
-                    obj = self.lfs_object(repo, oid)
-                    if not obj.is_file():
+                    if not self.stored(oid).is_file():
                         raise HubError(422, f"LFS object {oid} of {value['path']} was never uploaded")
+                    obj = self.link_object(repo, oid)
                     pointer = POINTER.format(oid=oid, size=obj.stat().st_size).encode()
                     blob = self.git(repo, "hash-object", "-w", "--stdin", input=pointer).strip()
                     self.git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{value['path']}", env=env)
@@ -201,7 +221,8 @@ class Handler(BaseHTTPRequestHandler):
                     return handler(self, *m.groups(), body=body, query=query)
             raise HubError(404, f"no route {method} {path}")
         except HubError as e:
-            self._send(e.status, {"error": str(e)}, {"X-Error-Message": str(e).splitlines()[0][:200]})
+            headers = {"X-Error-Message": str(e).splitlines()[0][:200], **({"X-Error-Code": e.code} if e.code else {})}
+            self._send(e.status, {"error": str(e)}, headers)
 
     def do_GET(self):
         self._dispatch("GET")
@@ -237,7 +258,7 @@ class Handler(BaseHTTPRequestHandler):
         repo = self.store.repo(ns, name)
         sha = self.store.head(repo, rev)
         if sha is None:
-            raise HubError(404, f"Revision Not Found: {rev}")
+            raise HubError(404, f"Revision Not Found: {rev}", "RevisionNotFound")
         files = self.store.files(repo, sha)
         self._send(200, {"id": f"{ns}/{name}", "modelId": f"{ns}/{name}", "sha": sha, "private": False,
                          "siblings": [{"rfilename": p} for p in sorted(files)]}, {"X-Repo-Commit": sha})
@@ -248,7 +269,7 @@ class Handler(BaseHTTPRequestHandler):
         if sha is None:
             if rev == "main":  # a repo without commits has an empty main
                 return self._send(200, [])
-            raise HubError(404, f"Revision Not Found: {rev}")
+            raise HubError(404, f"Revision Not Found: {rev}", "RevisionNotFound")
         prefix = (sub or "").strip("/")
         out = []
         for p, (blob, size) in sorted(self.store.files(repo, sha).items()):
@@ -270,7 +291,8 @@ class Handler(BaseHTTPRequestHandler):
         answer = []
         for f in json.loads(body)["files"]:
             sample = base64.b64decode(f["sample"])
-            mode = "lfs" if f["size"] > LFS_THRESHOLD or b"\0" in sample else "regular"
+            lfs_rule = any(fnmatch.fnmatch(f["path"].rsplit("/", 1)[-1], pat) for pat in DEFAULT_LFS)
+            mode = "lfs" if lfs_rule or f["size"] > LFS_THRESHOLD or b"\0" in sample else "regular"
             oid = None
             if f["path"] in existing:
                 blob, size = existing[f["path"]]
@@ -288,7 +310,7 @@ class Handler(BaseHTTPRequestHandler):
         objects = []
         for o in req["objects"]:
             entry = {"oid": o["oid"], "size": o["size"]}
-            if not self.store.lfs_object(repo, o["oid"]).is_file():
+            if not self.store.stored(o["oid"]).is_file():
                 entry["actions"] = {"upload": {"href": f"{self._base()}/_lfs/{ns}/{name}/{o['oid']}"}}
             objects.append(entry)
         self._send(200, {"transfer": "basic", "objects": objects})
@@ -297,9 +319,9 @@ class Handler(BaseHTTPRequestHandler):
         repo = self.store.repo(ns, name)
         if hashlib.sha256(body).hexdigest() != oid:
             raise HubError(400, f"LFS object does not match its oid {oid}")
-        obj = self.store.lfs_object(repo, oid)
+        obj = self.store.stored(oid)
         obj.parent.mkdir(parents=True, exist_ok=True)
-        tmp = obj.with_name(obj.name + ".tmp")
+        tmp = obj.with_name(f"{oid}.{threading.get_ident()}.tmp")
         tmp.write_bytes(body)
         os.replace(tmp, obj)
         self._send(200, {})
