@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _publish(args) -> int:
-    from anetts.publish import PublishError, publish
+    from anetts.publish import PublishError, publish, publish_dir
 
     try:
         record = publish(args.model_dir, args.repo_id, revision=args.revision, private=args.private,
@@ -71,9 +71,9 @@ def _publish(args) -> int:
         return 1
     if args.dry_run:
         print("---- README.md (model card) ----")
-        print((args.model_dir / "publish" / "tree" / "README.md").read_text(encoding="utf-8"))
+        print((publish_dir(args.model_dir) / "tree" / "README.md").read_text(encoding="utf-8"))
     else:
-        print(f"published: {record['load']} (recorded in {args.model_dir / 'publish' / 'published.json'})")
+        print(f"published: {record['load']} (recorded in {publish_dir(args.model_dir) / 'published.json'})")
     return 0
 
 
