@@ -89,7 +89,12 @@ def remote_files(api, repo_id: str, revision: str) -> tuple[str | None, dict[str
 
     try:
         head = api.repo_info(repo_id, revision=revision).sha
-    except (RepositoryNotFoundError, RevisionNotFoundError):
+    except RepositoryNotFoundError:
+        return None, {}
+    except RevisionNotFoundError:
+        if revision != "main":  # a fresh repo's main may have no commit yet; other branches must exist
+            raise PublishError(f"branch {revision!r} does not exist in {repo_id}; create it first "
+                               f"(`hf repo branch create {repo_id} {revision}`) or publish to main") from None
         return None, {}
     out = {}
     try:

@@ -187,6 +187,13 @@ def test_missing_token_and_unreachable_hub_send_nothing(hub, built_model, tmp_pa
     assert not hub.repo("anetts/x").exists()
 
 
+def test_publishing_to_a_missing_branch_is_refused(hub, built_model, published, publish_here):
+    repo_id, record, _ = published
+    with pytest.raises(PublishError, match=r"branch 'nope' does not exist in anetts/kokoro-tiny; create it first"):
+        publish_here(built_model, repo_id, revision="nope")
+    assert hub.head(repo_id) == record["commit"]
+
+
 def test_commit_failing_mid_way_leaves_the_repo_and_a_rerun_completes(hub, model_copy, publish_here):
     repo_id = "anetts/flaky"
     before = publish_here(model_copy, repo_id)["commit"]
