@@ -11,8 +11,12 @@ FISH_SPEECH_SPEC ?= fish-speech==0.1.0
 # The independent S2 port the Fish reference is checked against (anetts/models/fish/crosscheck.py).
 # --no-deps: it declares transformers>=5.14, which this project pins below 5; mlx is in pyproject.toml.
 MLX_AUDIO_SPEC ?= mlx-audio==0.6.2
+# olah (a Hub mirror the publish tests download through) in its own venv: it needs huggingface_hub 2.x,
+# the project (transformers < 5) needs 0.x.
+OLAH_VENV ?= .venv-olah
+OLAH_SPEC ?= olah==0.5.4
 
-.PHONY: setup build test clean
+.PHONY: setup build test clean olah
 
 setup: $(VENV)/.installed
 
@@ -24,11 +28,17 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(MLX_AUDIO_SPEC)"
 	touch $@
 
+olah: $(OLAH_VENV)/bin/olah-cli
+
+$(OLAH_VENV)/bin/olah-cli:
+	python3 -m venv $(OLAH_VENV)
+	$(OLAH_VENV)/bin/python -m pip install -q "$(OLAH_SPEC)"
+
 build: setup
 	$(VENV)/bin/snakemake all --cores $(CORES)
 
-test: setup
-	$(VENV)/bin/pytest -q
+test: setup olah
+	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli $(VENV)/bin/pytest -q
 
 clean:
 	rm -rf artifacts .snakemake

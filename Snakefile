@@ -18,6 +18,7 @@ include: "rules/parity.smk"
 include: "rules/bundle.smk"
 include: "rules/manifest.smk"
 include: "rules/aimodel.smk"
+include: "rules/publish.smk"
 
 
 rule all:

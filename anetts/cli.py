@@ -1,4 +1,4 @@
-"""``anetts`` command line: ``anetts speak "text" -o out.wav`` and ``anetts run-mil ...``."""
+"""``anetts`` command line: ``anetts speak "text" -o out.wav``, ``anetts publish ...``, ``anetts run-mil ...``."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=("torch", "coreml", "mil"), default=None,
                    help="torch (default off macOS), coreml (macOS, default there) or mil (reference executor)")
     s.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help=f"built model directory (default {DEFAULT_MODEL_DIR})")
+    s.add_argument("--model", default=None, metavar="DIR|hf://OWNER/REPO@REV",
+                   help="a model directory or a published model (downloaded, verified, cached); overrides --model-dir")
     s.add_argument("--phonemes", default=None, help="speak these phonemes instead of text (skips G2P)")
     s.add_argument("--lang", default=None, help="G2P language (default en-us; en-gb for b* voices)")
     s.add_argument("--seed", type=int, default=0, help="seed of the hn-NSF noise (default 0)")
@@ -51,7 +53,36 @@ def _parser() -> argparse.ArgumentParser:
                                       "`snakemake all` rebuilds them (anetts.verify.files)", add_help=False)
     v.add_argument("args", nargs=argparse.REMAINDER)
     v.set_defaults(func=_verify)
+
+    u = sub.add_parser("publish", help="publish a verified build to the Hugging Face Hub in one commit",
+                       description="Gate (parity passed, sha256 as in the manifest), stage the Hub tree under "
+                                   "MODEL_DIR/publish/tree, then commit it to REPO_ID in one atomic commit "
+                                   "(token: HF_TOKEN or `hf auth login`; endpoint: HF_ENDPOINT).")
+    u.add_argument("--model-dir", type=Path, required=True, help="built model directory (artifacts/<model>)")
+    u.add_argument("--repo-id", required=True, help="OWNER/NAME of the Hub model repo (created if missing)")
+    u.add_argument("--revision", default="main", help="branch to commit to (default main)")
+    u.add_argument("--private", action="store_true", help="create the repo private (ignored if it exists)")
+    u.add_argument("--dry-run", action="store_true", help="stage and print what would be added, changed, deleted "
+                                                           "and the model card; send nothing")
+    u.set_defaults(func=_publish)
     return p
+
+
+def _publish(args) -> int:
+    from anetts.publish import PublishError, publish, publish_dir
+
+    try:
+        record = publish(args.model_dir, args.repo_id, revision=args.revision, private=args.private,
+                         dry_run=args.dry_run)
+    except PublishError as e:
+        print(f"anetts publish: error: {e}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print("---- README.md (model card) ----")
+        print((publish_dir(args.model_dir) / "tree" / "README.md").read_text(encoding="utf-8"))
+    else:
+        print(f"published: {record['load']} (recorded in {publish_dir(args.model_dir) / 'published.json'})")
+    return 0
 
 
 def _speak(args) -> int:
@@ -70,7 +101,10 @@ def _speak(args) -> int:
         print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
         return 2
     try:
-        tts = load(args.model_dir, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
+        model = args.model if args.model is not None else args.model_dir
+        if isinstance(model, str) and not model.startswith("hf://"):
+            model = Path(model)
+        tts = load(model, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
                    deployment_target=args.deployment_target)
         chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
         parts, timings, bar = [], {}, None

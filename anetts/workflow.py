@@ -240,6 +240,18 @@ class WorkflowConfig:
         """Versions of torch and the family's upstream packages: a rule param, so upgrading one reruns its jobs."""
         return self.versions("torch", *self.decl(model).upstream)
 
+    # -- publishing ---------------------------------------------------------------------------
+    def publish_target(self) -> dict:
+        """Where `snakemake publish` commits: `hf_repo` (the --config shortcut) over `publish.repo_id`."""
+        pub = self.config.get("publish") or {}
+        repo_id = self.config.get("hf_repo") or pub.get("repo_id")
+        if not repo_id:
+            raise ConfigError("publishing needs a Hub repo: --config hf_repo=OWNER/NAME (or publish.repo_id in config.yaml)")
+        return canonical({"repo_id": repo_id, "revision": pub.get("revision", "main"), "private": bool(pub.get("private", False))})
+
+    def publish_code(self) -> list[str]:
+        return self._rel([_PKG / "publish" / f for f in ("layout.py", "upload.py")])
+
     @staticmethod
     def versions(*names: str) -> dict:
         return {n: version_of(n) for n in names}

@@ -39,8 +39,12 @@ __all__ = [
 
 
 def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, *, threads: int | None = None,
-         compute_units: str | Mapping[str, str] | None = None, deployment_target: str | None = None):
-    """Open a built model directory (``artifacts/<model>``) for synthesis.
+         compute_units: str | Mapping[str, str] | None = None, deployment_target: str | None = None,
+         endpoint: str | None = None, cache_dir: str | Path | None = None):
+    """Open a built model directory (``artifacts/<model>``) or a published one (``hf://OWNER/REPO@REV``).
+
+    ``hf://`` downloads the variant the backend needs into the Hugging Face cache (``cache_dir``:
+    another cache; ``endpoint``: another Hub than ``HF_ENDPOINT``) and verifies every file before use (:mod:`anetts.publish.download`).
 
     ``backend``: ``"torch"`` (TorchScript exports, any OS; the default off macOS), ``"coreml"``
     (the .mlpackages through Core ML, macOS only; the default there) or ``"mil"`` (the MIL
@@ -51,6 +55,10 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     (e.g. ``"macOS15"``): the oldest OS the caller supports; from macOS15/iOS18 on each stage runs
     from its multifunction bundle, otherwise (and by default) from per-bucket packages.
     """
+    if isinstance(model_dir, str) and model_dir.startswith("hf://"):
+        from anetts.publish.download import fetch
+
+        model_dir = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir).model_dir
     artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target)
     runner = make_backend(backend, artifacts, threads=threads, compute_units=compute_units)
     return runtime_class(artifacts.family)(artifacts, runner)

@@ -1,0 +1,25 @@
+# Publishing to the Hugging Face Hub: not part of `all` (it needs a token and the network).
+#   snakemake publish --config model=NAME hf_repo=OWNER/REPO
+
+
+rule publish:
+    """Target: publish the configured model (`hf_repo`, or `publish.repo_id` in config.yaml)."""
+    input:
+        f"artifacts/{config['model']}/publish/published.json",
+
+
+rule publish_model:
+    """Gate, stage artifacts/{model}/publish/tree, commit it in one atomic commit, record the commit sha."""
+    input:
+        # only what passed every gate: the manifest lists verified packages, the summary every verdict
+        manifest="artifacts/{model}/manifest.json",
+        summary="artifacts/{model}/parity_summary.json",
+        code=WF.publish_code(),
+    output:
+        "artifacts/{model}/publish/published.json",
+    params:
+        target=lambda w: WF.publish_target(),
+    log:
+        "artifacts/{model}/logs/publish.log",
+    script:
+        "../workflow_scripts/publish.py"
