@@ -40,7 +40,7 @@ FAMILY_LICENSES = {
 }
 # Binary files go through LFS; a text file over 10 MiB would too, which the Hub decides on preupload.
 GITATTRIBUTES = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in (
-    "*.bin", "*.mlmodel", "*.pt", "*.pth", "*.npz", "*.png", "*.safetensors"))
+    "*.bin", "*.mlmodel", "*.pt", "*.pth", "*.npy", "*.npz", "*.png", "*.safetensors"))
 
 
 def file_sha256(path: Path) -> str:

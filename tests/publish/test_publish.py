@@ -113,7 +113,7 @@ def test_load_through_olah_downloads_the_variant_and_verifies_it(hub, built_mode
     assert tts.artifacts.model_dir == got.model_dir and tts.voices == ["syn_a", "syn_b"]
     for entry in tts.artifacts.packages.values():  # the build manifest's own sha256 of each package
         tts.artifacts.verify(entry, torchscript=True)
-    for rel in ("manifest.json", "weights/voices/syn_a.pt"):
+    for rel in ("manifest.json", "assets/voices/syn_a.npy"):
         assert file_sha256(got.model_dir / rel) == file_sha256(built_model / rel)
 
 
@@ -128,7 +128,7 @@ def test_speak_hf_uri_offline_from_the_cache(hub, published, hf_cache, tmp_path)
     assert (tmp_path / "a.wav").stat().st_size > 1000
     # a cache that lost a file is not a model: the missing file is named, nothing is spoken
     snap = hf_cache / "models--anetts--kokoro-tiny" / "snapshots" / record["commit"]
-    victim = next(snap.glob("kokoro-tiny/weights/voices/*.pt"))
+    victim = next(snap.glob("kokoro-tiny/assets/voices/*.npy"))
     victim.unlink()
     proc = cli(hub, "http://127.0.0.1:9", *args, "-o", str(tmp_path / "b.wav"), **env)
     assert proc.returncode == 1 and f"{victim.relative_to(snap).as_posix()} is missing" in proc.stderr
@@ -145,13 +145,13 @@ def test_republishing_an_unchanged_tree_makes_no_commit(hub, built_model, publis
 
 def test_dry_run_lists_changes_and_deletions_and_prints_the_card(hub, model_copy, published):
     repo_id, record, _ = published
-    (model_copy / "weights" / "voices" / "syn_b.pt").unlink()  # a voice dropped from the build
+    (model_copy / "assets" / "voices" / "syn_b.npy").unlink()  # a voice dropped from the build
     mf = json.loads((model_copy / "manifest.json").read_text())
-    mf["weights"]["voices"] = ["syn_a"]
+    mf["assets"] = [a for a in mf["assets"] if a["name"] != "voices/syn_b.npy"]
     replace_file(model_copy / "manifest.json", json.dumps(mf, indent=2))
     proc = publish_cli(hub, model_copy, repo_id, "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert "  D kokoro-tiny/weights/voices/syn_b.pt" in proc.stdout
+    assert "  D kokoro-tiny/assets/voices/syn_b.npy" in proc.stdout
     assert "  M kokoro-tiny/manifest.json" in proc.stdout and "  M manifest.json" in proc.stdout
     assert "dry run: nothing was sent" in proc.stdout and "---- README.md (model card) ----" in proc.stdout
     assert "| stage | bucket | TorchScript | MIL executor |" in proc.stdout
@@ -228,7 +228,7 @@ def test_damaged_files_on_the_server_fail_load_naming_them(hub, built_model, pub
     # a package weight whose content no other file shares (a bundle can hold the same bytes: one object)
     weight = next(f["path"] for f in layout["files"]
                   if f["path"].endswith("weights/weight.bin") and shas.count(f["sha256"]) == 1)
-    voice = "kokoro-tiny/weights/voices/syn_b.pt"
+    voice = "kokoro-tiny/assets/voices/syn_b.npy"
     uri, cache = f"hf://{repo_id}@main", tmp_path / "cache"
     w_obj, v_obj = _lfs_object(hub, repo_id, weight), _lfs_object(hub, repo_id, voice)
     w_good, v_good = w_obj.read_bytes(), v_obj.read_bytes()
