@@ -13,5 +13,10 @@ def copy_model_dir(src: Path, dest: Path) -> Path:
     """What the runtime reads of a model dir: manifest, packages, exports and runtime assets.
 
     The build's weights are left behind: the runtime must not need the checkpoint."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("logs", "benchmarks", "reference", "weights", "*.inputs.npz"))
+    skip = shutil.ignore_patterns("logs", "benchmarks", "reference", "*.inputs.npz")
+
+    def ignore(folder, names):  # the top-level weights/ only: packages hold a weights/ folder too
+        return set(skip(folder, names)) | ({"weights"} if Path(folder) == Path(src) else set())
+
+    shutil.copytree(src, dest, ignore=ignore)
     return dest
