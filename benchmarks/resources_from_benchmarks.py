@@ -73,7 +73,7 @@ def tree_bytes(path: Path) -> int:
 def job_io(workdir: Path, model: str) -> dict:
     """(rule, wildcards) -> {"out_mib", "in_mib"} from .snakemake/metadata (one record per output)."""
     meta = workdir / ".snakemake" / "metadata"
-    logs = artifacts.model_dir(model, workdir) / "logs"
+    logs = artifacts.model_dir(model, workdir / artifacts.ARTIFACTS) / "logs"
     jobs: dict[tuple, dict] = {}
     for rec_file in sorted(meta.rglob("*")) if meta.is_dir() else []:
         if not rec_file.is_file():
@@ -101,7 +101,7 @@ def measure(workdir: Path, model: str) -> tuple[dict, list[str]]:
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     wf = WorkflowConfig(config, root=workdir)
     sizes = RuleResources(wf, table={"models": {}})
-    bench_dir = artifacts.model_dir(model, workdir) / "benchmarks"
+    bench_dir = artifacts.model_dir(model, workdir / artifacts.ARTIFACTS) / "benchmarks"
     if not bench_dir.is_dir():
         raise ResourceError(f"{bench_dir}: no benchmark files; build model {model} in {workdir} first")
     io = job_io(workdir, model)
