@@ -186,6 +186,12 @@ class RuleResources:
         pts = self.points(model, rule, stage)
         x = self.size(rule, model, stage, bucket)
         est = {"seconds": estimate(pts, x, "s"), "rss_mib": estimate(pts, x, "max_rss_mib")}
+        ceiling = self.table["models"][self.measured_model(model)].get("ceiling", {})
+        measured_x = [p["x"] for p in pts if p.get("x") is not None]
+        if x is not None and measured_x and x > max(measured_x) and "max_rss_mib" in ceiling:
+            # beyond the measured sizes the slope of two sampled peaks can run far above what a
+            # whole build of this model was seen to need; never below a measured point, though
+            est["rss_mib"] = max(min(est["rss_mib"], ceiling["max_rss_mib"]), estimate(pts, max(measured_x), "max_rss_mib"))
         io_from = self.table["models"][self.measured_model(model)].get("io_from")
         if io_from in self.table["models"] and not any("out_per_in" in p or "out_mib" in p for p in pts):
             # output sizes in proportion to the inputs, as measured on a smaller model of the family

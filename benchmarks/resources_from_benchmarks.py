@@ -146,7 +146,9 @@ def main(argv=None) -> int:
         print(f"error: no benchmark files for rules {missing} of {args.model}; finish the build, "
               f"or pass --allow-missing to keep their old entries", file=sys.stderr)
         return 2
-    table["models"][args.model] = {**{r: v for r, v in old.items() if r in missing}, **entry}
+    # keep the entry's own keys (ceiling, io_from) and, with --allow-missing, unmeasured rules
+    kept = {k: v for k, v in old.items() if k not in RULES or k in missing}
+    table["models"][args.model] = {**kept, **entry}
     table.setdefault("measured", {})[args.model] = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "command": f"benchmarks/resources_from_benchmarks.py --model {args.model}",
