@@ -62,6 +62,7 @@ RULES: dict[str, RuleSpec] = {
     "bundle_parity": RuleSpec(2, "stage", ("stage",)),
     "parity_summary": RuleSpec(1, "packages", ()),
     "manifest": RuleSpec(1, "packages", ()),
+    "runtime_assets": RuleSpec(1, None, ()),
 }
 # Rules without an action: never submitted, nothing to declare.
 ACTIONLESS_RULES = ("all",)

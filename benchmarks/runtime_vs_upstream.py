@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
 from anetts.models.kokoro.weights import load_kmodel  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.runtime import load  # noqa: E402
-from anetts.text import phonemize  # noqa: E402
+from anetts.models.kokoro.text import phonemize  # noqa: E402
 
 log = logging.getLogger("runtime_vs_upstream")
 
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
 
     tts = load(args.model_dir, backend="torch")
     voice = args.voice or tts.default_voice
-    kmodel = load_kmodel(tts.artifacts.weights_dir)
+    kmodel = load_kmodel(tts.artifacts.model_dir / tts.artifacts.manifest["weights_dir"])
     clock = UpstreamStageClock(kmodel)
     texts = choose_prefixes(tts, PASSAGE.split(), voice, args.speed, args.lang, tuple(args.targets or TARGETS_S))
     log.info("texts: %s", [(t["target_s"], len(t["ids"]), t["frames"]) for t in texts])
