@@ -89,7 +89,11 @@ class WorkflowConfig:
 
     # -- rule inputs -------------------------------------------------------------------------
     def _rel(self, paths) -> list[str]:
-        return sorted({os.path.relpath(Path(p).resolve(), Path.cwd()) for p in paths})
+        # local(): code is part of the workflow's sources (Snakemake ships those to remote jobs),
+        # never an object of a default storage provider (--default-storage-provider s3)
+        from snakemake.io import local
+
+        return local(sorted({os.path.relpath(Path(p).resolve(), Path.cwd()) for p in paths}))
 
     def weights_code(self, model: str) -> list[str]:
         # each source depends on its own code: editing synthetic-only code never re-copies real weights

@@ -9,5 +9,10 @@ rule runtime_assets:
         family=lambda w: WF.family_of(w.model),
     log:
         "artifacts/{model}/logs/runtime_assets.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/runtime_assets.tsv"
+    threads: RES.threads("runtime_assets")
+    resources:
+        **RES.of("runtime_assets"),
     script:
         "../workflow_scripts/assets.py"

@@ -15,6 +15,9 @@ rule bundle:
         "artifacts/{model}/logs/bundle/{stage}.log",
     benchmark:
         "artifacts/{model}/benchmarks/bundle/{stage}.tsv"
+    threads: RES.threads("bundle")
+    resources:
+        **RES.of("bundle"),
     script:
         "../workflow_scripts/bundle.py"
 
@@ -36,6 +39,8 @@ rule bundle_parity:
         "artifacts/{model}/logs/bundle_parity/{stage}.log",
     benchmark:
         "artifacts/{model}/benchmarks/bundle_parity/{stage}.tsv"
-    threads: 2
+    threads: RES.threads("bundle_parity")
+    resources:
+        **RES.of("bundle_parity"),
     script:
         "../workflow_scripts/bundle_parity.py"

@@ -24,3 +24,9 @@ def manifest_file(model):
 
 def weights_out(wildcards):
     return str(artifacts.weights_dir(wildcards.model))
+
+
+# threads and resources of every rule, from the measured costs (anetts/resources.py)
+from anetts.resources import RuleResources
+
+RES = RuleResources(WF, global_resources=workflow.global_resources)

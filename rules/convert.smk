@@ -17,6 +17,8 @@ rule convert:
         "artifacts/{model}/logs/convert/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/convert/{stage}/{bucket}.tsv"
-    threads: 1
+    threads: RES.threads("convert")
+    resources:
+        **RES.of("convert"),
     script:
         "../workflow_scripts/convert.py"

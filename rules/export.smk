@@ -20,6 +20,8 @@ rule export:
         "artifacts/{model}/logs/export/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/export/{stage}/{bucket}.tsv"
-    threads: 1
+    threads: RES.threads("export")
+    resources:
+        **RES.of("export"),
     script:
         "../workflow_scripts/export.py"

@@ -19,5 +19,10 @@ rule manifest:
         stages=lambda w: WF.stage_settings(w.model),
     log:
         "artifacts/{model}/logs/manifest.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/manifest.tsv"
+    threads: RES.threads("manifest")
+    resources:
+        **RES.of("manifest"),
     script:
         "../workflow_scripts/manifest.py"

@@ -20,7 +20,9 @@ rule parity:
         "artifacts/{model}/logs/parity/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/parity/{stage}/{bucket}.tsv"
-    threads: 2
+    threads: RES.threads("parity")
+    resources:
+        **RES.of("parity"),
     script:
         "../workflow_scripts/parity.py"
 
@@ -41,5 +43,10 @@ rule parity_summary:
         audio=lambda w: WF.audio_output(w.model),
     log:
         "artifacts/{model}/logs/parity_summary.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/parity_summary.tsv"
+    threads: RES.threads("parity_summary")
+    resources:
+        **RES.of("parity_summary"),
     script:
         "../workflow_scripts/parity_summary.py"

@@ -13,6 +13,8 @@ rule reference:
         "artifacts/{model}/logs/reference/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/reference/{bucket}.tsv"
-    threads: 2
+    threads: RES.threads("reference")
+    resources:
+        **RES.of("reference"),
     script:
         "../workflow_scripts/reference.py"

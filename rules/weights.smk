@@ -12,6 +12,8 @@ rule weights:
         "artifacts/{model}/logs/weights.log",
     benchmark:
         "artifacts/{model}/benchmarks/weights.tsv"
-    threads: 2
+    threads: RES.threads("weights")
+    resources:
+        **RES.of("weights"),
     script:
         "../workflow_scripts/weights.py"
