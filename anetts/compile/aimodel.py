@@ -28,7 +28,7 @@ import numpy as np
 from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.bundle import function_name
-from anetts.compile.convert import LICENSE, PRECISIONS
+from anetts.compile.convert import PRECISIONS
 from anetts.compile.trace import TRACE_REL_TOL
 from anetts.provenance import provenance
 from anetts.stage import BucketSpec, Family
@@ -168,7 +168,7 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
 
     def stamp(m):
         m.author = "ane-tts"
-        m.license = LICENSE.get(model_meta.get("family"), "see the model card")
+        m.license = model_meta.get("licence") or "see the model card"
         m.model_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
         for k, v in meta.items():
             m.set_custom(k, v)
