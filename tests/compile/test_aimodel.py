@@ -20,7 +20,8 @@ from anetts.verify.aimodel_parity import run_aimodel_parity
 from anetts.verify.parity import Gate, ParityError, check_parity
 
 T, VALID = 48, 40
-META = {"model": "tiny-probe", "family": "kokoro", "source": "synthetic", "revision": "seed0"}
+META = {"model": "tiny-probe", "family": "kokoro", "source": "synthetic", "revision": "seed0",
+        "licence": "Apache-2.0 (Kokoro-82M weights by hexgrad)"}
 
 
 class Tiny(torch.nn.Module):
