@@ -16,6 +16,7 @@ include: "rules/convert.smk"
 include: "rules/parity.smk"
 include: "rules/bundle.smk"
 include: "rules/manifest.smk"
+include: "rules/compress.smk"
 
 
 rule all:
@@ -23,3 +24,5 @@ rule all:
         manifest_file(config["model"]),
         f"artifacts/{config['model']}/parity_summary.md",
         WF.inspect_reports(config["model"]),
+        # compressed variants only where config sets `in_all: true` (else `snakemake variants`)
+        VC.targets(config["model"], VC.in_all()),
