@@ -66,7 +66,7 @@ class VariantConfig:
         where = f"variants.{name}" if stage not in v.get("overrides", {}) else f"variants.{name}.overrides.{stage}"
         try:
             s = resolve_settings({**base, **v.get("overrides", {}).get(stage, {})}, where)
-            check_target(s, self.wf.convert_options(model, stage)["deployment_target"], f"{where} (stage {stage})")
+            check_target(s, self.wf.convert_options(model, stage)["deployment_target"], where, stage)
         except CompressionError as e:
             raise ConfigError(str(e)) from None
         return canonical(s)

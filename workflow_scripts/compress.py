@@ -9,7 +9,11 @@ from anetts.families import get_family
 from anetts.verify.parity import Gate
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
-compress_and_gate(get_family(p.family), snakemake.wildcards.stage, p.size, inp.base_package, inp.base_report,
-                  inp.example_inputs, inp.export_outputs, inp.export_report, dict(p.settings), Gate(**p.gate),
-                  out.package, out.report, out.parity, snakemake.wildcards.variant, compute_units=p.compute_units,
-                  default_gate=Gate(**p.default_gate))
+try:
+    compress_and_gate(get_family(p.family), snakemake.wildcards.stage, p.size, inp.base_package, inp.base_report,
+                      inp.example_inputs, inp.export_outputs, inp.export_report, dict(p.settings), Gate(**p.gate),
+                      out.package, out.report, out.parity, snakemake.wildcards.variant, compute_units=p.compute_units,
+                      default_gate=Gate(**p.default_gate))
+except Exception as e:
+    log.error("%s", e)  # the measured dB in the job's own log, not only in Snakemake's output
+    raise

@@ -80,13 +80,13 @@ def required_ops(settings: dict) -> list[tuple[str, str]]:
     return [(k, op) for (m, k, v), op in _IOS18_ONLY.items() if m == settings["mode"] and settings.get(k) == v]
 
 
-def check_target(settings: dict, deployment_target: str, where: str) -> None:
+def check_target(settings: dict, deployment_target: str, where: str, stage: str) -> None:
     """Per-block int8/int4 and grouped-channel or 3-bit LUTs exist only from the iOS18 opset on."""
     if deployment_target in IOS18_TARGETS:
         return
     for key, op in required_ops(settings):
         raise CompressionError(
-            f"{where}.{key}: {settings[key]!r} needs {op}, first in the iOS18/macOS15 opset, but the stage's "
+            f"{where}.{key}: {settings[key]!r} needs {op}, first in the iOS18/macOS15 opset, but stage {stage}'s "
             f"deployment_target is {deployment_target}; raise the stage's deployment_target or pick another {key}")
 
 
@@ -190,7 +190,7 @@ def compress_and_gate(family, stage: str, size: int, base_package: Path, base_re
     failed = Path(out_parity).with_name(Path(out_parity).stem + ".failed.json")
     clear_outputs(*outs, failed)
     base = json.loads(Path(base_report).read_text(encoding="utf-8"))
-    check_target(settings, base["deployment_target"], f"{where} (stage {stage})")
+    check_target(settings, base["deployment_target"], where, stage)
     t0 = time.perf_counter()
     mlmodel, gained = compress_model(base_package, {**settings, "variant": variant}, where)
     t1 = time.perf_counter()
@@ -200,14 +200,17 @@ def compress_and_gate(family, stage: str, size: int, base_package: Path, base_re
                             compute_units=compute_units)
         arrays = report.pop("_arrays", {})
         del arrays  # the base parity job keeps the plot arrays; a variant only needs its numbers
-        report.update({"variant": variant, "default_gate": asdict(default_gate) if default_gate else None})
-        if not report["passed"]:
-            write_json(failed, report)
-            worst = {n: b.get("min_snr_db") for n, b in report["backends"].items() if "passed" in b and not b["passed"]}
-            raise ParityError(f"variant {variant} {stage}/{report['bucket']} failed its gate "
-                              f"(min {gate.min_snr_db} dB): measured {_fmt(worst)}; nothing was kept; report: {failed}")
         nbytes, wbytes = _bytes(tmp_pkg), _weight_bytes(tmp_pkg)
         base_w = _weight_bytes(base_package)
+        sizes = {"bytes": nbytes, "weight_bytes": wbytes, "base_bytes": base["bytes"], "base_weight_bytes": base_w,
+                 "size_ratio": round(nbytes / base["bytes"], 4), "weight_ratio": round(wbytes / base_w, 4) if base_w else None}
+        report.update({"variant": variant, "default_gate": asdict(default_gate) if default_gate else None,
+                       "settings": settings, "sizes": sizes})
+        if not report["passed"]:
+            write_json(failed, report)
+            raise ParityError(f"variant {variant} {stage}/{report['bucket']} failed its gate (min {gate.min_snr_db} dB, "
+                              f"exact >= {gate.min_exact_fraction}): measured {_measured(report)}; nothing was kept; "
+                              f"report: {failed}")
         compressed = {
             **{k: base[k] for k in ("stage", "bucket", "geometry", "deployment_target", "precision", "compute_units",
                                     "inputs", "outputs")},
@@ -217,9 +220,8 @@ def compress_and_gate(family, stage: str, size: int, base_package: Path, base_re
             "weight_bytes": wbytes,
             "compression": {
                 "variant": variant, "settings": settings, "constexpr_ops": gained,
-                "base_package": str(base_package), "base_bytes": base["bytes"], "base_weight_bytes": base_w,
-                "size_ratio": round(nbytes / base["bytes"], 4),
-                "weight_ratio": round(wbytes / base_w, 4) if base_w else None,
+                "base_package": str(base_package), **{k: sizes[k] for k in ("base_bytes", "base_weight_bytes",
+                                                                            "size_ratio", "weight_ratio")},
             },
             "seconds": {"compress": round(t1 - t0, 3), "total": round(time.perf_counter() - t0, 3)},
             "provenance": provenance(),
@@ -227,9 +229,17 @@ def compress_and_gate(family, stage: str, size: int, base_package: Path, base_re
         write_json(tmp_report, compressed)
         write_json(tmp_parity, report)
     log.info("variant %s %s/%s: %.3f x bytes, %s", variant, stage, report["bucket"],
-             compressed["compression"]["size_ratio"], _fmt({"mil": report["backends"]["mil"]["min_snr_db"]}))
+             compressed["compression"]["size_ratio"], _measured(report))
     return compressed
 
 
-def _fmt(worst: dict) -> str:
-    return ", ".join(f"{k} {v:.1f} dB" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in worst.items())
+def _measured(report: dict) -> str:
+    """Worst SNR and integer-output exact fractions per gated backend, e.g. `mil 31.2 dB`."""
+    parts = []
+    for name, b in report["backends"].items():
+        if "passed" not in b:
+            continue
+        snr = b.get("min_snr_db")
+        parts.append(f"{name} {snr:.1f} dB" if snr is not None else f"{name} - dB")
+        parts += [f"{name} {o}: {m['exact_fraction']:.3f} exact" for o, m in b["outputs"].items() if "exact_fraction" in m]
+    return ", ".join(parts)

@@ -58,7 +58,10 @@ def variant_rows(reports: list) -> list[dict]:
                          "gate_min_snr_db": p["gate"]["min_snr_db"], **_mil(p)})
         elif failed.is_file():
             p = json.loads(failed.read_text(encoding="utf-8"))
+            z = p.get("sizes", {})
             rows.append({"variant": p["variant"], "stage": p["stage"], "bucket": p["bucket"], "passed": False,
+                         "settings": p.get("settings"), "bytes": z.get("bytes"), "base_bytes": z.get("base_bytes"),
+                         "size_ratio": z.get("size_ratio"), "weight_ratio": z.get("weight_ratio"),
                          "gate_min_snr_db": p["gate"]["min_snr_db"], **_mil(p)})
     return rows
 
