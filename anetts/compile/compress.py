@@ -68,9 +68,9 @@ def resolve_settings(settings: dict, where: str) -> dict:
     for key, allowed in VALID[mode].items():
         if out[key] not in allowed:
             raise CompressionError(f"{where}.{key}: {out[key]!r} is not one of {list(allowed)}")
-    for key in ("block_size", "group_size", "weight_threshold"):
-        if key in out and (not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < (0 if key == "weight_threshold" else 1)):
-            raise CompressionError(f"{where}.{key}: {out[key]!r} must be a positive integer")
+    for key, least in (("block_size", 1), ("group_size", 1), ("weight_threshold", 0)):
+        if key in out and (not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < least):
+            raise CompressionError(f"{where}.{key}: {out[key]!r} must be an integer >= {least}")
     out["exclude_op_types"] = sorted(out["exclude_op_types"])
     return out
 
@@ -198,8 +198,7 @@ def compress_and_gate(family, stage: str, size: int, base_package: Path, base_re
         mlmodel.save(str(tmp_pkg))
         report = run_parity(family, stage, size, tmp_pkg, example_inputs, export_outputs, export_report, gate,
                             compute_units=compute_units)
-        arrays = report.pop("_arrays", {})
-        del arrays  # the base parity job keeps the plot arrays; a variant only needs its numbers
+        report.pop("_arrays", None)  # the base parity job keeps the plot arrays; a variant needs its numbers
         nbytes, wbytes = _bytes(tmp_pkg), _weight_bytes(tmp_pkg)
         base_w = _weight_bytes(base_package)
         sizes = {"bytes": nbytes, "weight_bytes": wbytes, "base_bytes": base["bytes"], "base_weight_bytes": base_w,
