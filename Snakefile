@@ -19,6 +19,7 @@ include: "rules/bundle.smk"
 include: "rules/manifest.smk"
 include: "rules/aimodel.smk"
 include: "rules/publish.smk"
+include: "rules/compress.smk"
 
 
 rule all:
@@ -28,3 +29,5 @@ rule all:
         WF.inspect_reports(config["model"]),
         # Core AI assets only when config `aimodel.in_all` asks for them (`snakemake aimodels` otherwise)
         WF.aimodel_parity_reports(config["model"]) if WF.aimodel_in_all() else [],
+        # compressed variants only where config sets `in_all: true` (else `snakemake variants`)
+        VC.targets(config["model"], VC.in_all()),

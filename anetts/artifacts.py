@@ -139,3 +139,29 @@ def atomic_outputs(*finals: Path):
         for p in (*temps, *finals):
             _remove(p)
         raise
+
+
+# -- compressed variants (rules/compress.smk): artifacts/<model>/variants/<variant>/ mirrors the
+# model dir's packages/ and parity/ for the stages the variant compresses, plus its own manifest
+def variant_dir(model: str, variant: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "variants" / variant
+
+
+def variant_package_path(model: str, variant: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return variant_dir(model, variant, root) / "packages" / stage / f"{bucket}.mlpackage"
+
+
+def variant_package_report(model: str, variant: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return variant_dir(model, variant, root) / "packages" / stage / f"{bucket}.json"
+
+
+def variant_parity_path(model: str, variant: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return variant_dir(model, variant, root) / "parity" / stage / f"{bucket}.json"
+
+
+def variant_manifest_path(model: str, variant: str, root: Path = ARTIFACTS) -> Path:
+    return variant_dir(model, variant, root) / "manifest.json"
+
+
+def variants_summary_path(model: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "variants" / "summary.json"

@@ -6,6 +6,7 @@ contents, inputs/outputs (name, shape, dtype), geometry, compute-unit hint, pari
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, tree_sha256, write_json
@@ -36,7 +37,9 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
     source = json.loads((Path(weights_dir) / "source.json").read_text(encoding="utf-8"))
 
     def rel(p) -> str:
-        return Path(p).resolve().relative_to(model_dir).as_posix()
+        # relpath, not relative_to: a variant's manifest (artifacts/<model>/variants/<v>/) lists
+        # the model's own weights and uncompressed packages as ../../<path>
+        return Path(os.path.relpath(Path(p).resolve(), model_dir)).as_posix()
 
     entries = []
     for report_path, package, torchscript, parity_path in zip(reports, packages, torchscripts, parity):

@@ -200,7 +200,12 @@ class MilBackend(_CachingRunner):
 
 def make_backend(name: str | None, artifacts: ModelArtifacts, *, threads: int | None = None,
                  compute_units: str | Mapping[str, str] | None = None) -> StageRunner:
-    name = default_backend() if name in (None, "auto") else name
+    if name in (None, "auto"):
+        name = default_backend()
+        if name == "torch" and artifacts.manifest.get("variant"):
+            # a compressed variant exists only as packages (its TorchScript would be the fp32
+            # model), so off macOS its default is the MIL executor, which runs the compressed program
+            name = "mil"
     if name == "torch":
         return TorchBackend(artifacts, threads=threads)
     if name == "coreml":

@@ -1,0 +1,243 @@
+"""Compressed variants of converted packages: weight-only int8 / palettization, gated by parity.
+
+A variant is a named set of compression settings applied to some stages of a model (config
+`variants.<name>`). Each of its packages is made from the stage's verified fp16/fp32 package with
+`coremltools.optimize.coreml` (no re-export, no re-conversion) and scored against the same eager
+fp32 reference as the base package (`anetts.verify.parity.run_parity`). A package below its gate
+is deleted before it is ever moved into place: the rule fails with the measured dB and only a
+`.failed.json` report is left.
+
+Every default lives in `DEFAULTS`; the schema only restricts the values.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.provenance import provenance
+
+log = logging.getLogger(__name__)
+
+MODES = ("linear", "palettize")
+# Defaults of every compression key, per mode. `weight_threshold` is coremltools' own default
+# (tensors with fewer elements stay uncompressed: their bytes do not matter and small tensors
+# such as biases and norms are the sensitive ones).
+DEFAULTS = {
+    "linear": {"dtype": "int8", "granularity": "per_channel", "block_size": 32, "symmetric": True,
+               "weight_threshold": 2048, "exclude_op_types": []},
+    "palettize": {"nbits": 8, "algorithm": "kmeans", "granularity": "per_tensor", "group_size": 16,
+                  "weight_threshold": 2048, "exclude_op_types": []},
+}
+# (setting → first deployment target whose opset has the constexpr op coremltools emits for it)
+_IOS18_ONLY = {
+    ("linear", "granularity", "per_block"): "constexpr_blockwise_shift_scale",
+    ("linear", "dtype", "int4"): "constexpr_blockwise_shift_scale",
+    ("linear", "dtype", "uint4"): "constexpr_blockwise_shift_scale",
+    ("palettize", "granularity", "per_grouped_channel"): "constexpr_lut_to_dense (iOS18)",
+    ("palettize", "nbits", 3): "constexpr_lut_to_dense (iOS18)",
+}
+IOS18_TARGETS = ("macOS15", "macOS26", "iOS18", "iOS26")
+VALID = {
+    "linear": {"dtype": ("int8", "uint8", "int4", "uint4"),
+               "granularity": ("per_tensor", "per_channel", "per_block")},
+    "palettize": {"nbits": (1, 2, 3, 4, 6, 8), "algorithm": ("kmeans", "uniform"),
+                  "granularity": ("per_tensor", "per_grouped_channel")},
+}
+CONSTEXPR_PREFIX = "constexpr_"
+
+
+class CompressionError(ValueError):
+    pass
+
+
+def resolve_settings(settings: dict, where: str) -> dict:
+    """The full settings of one stage of a variant (defaults filled in), or an error naming the key."""
+    mode = settings.get("mode")
+    if mode not in MODES:
+        raise CompressionError(f"{where}.mode: {mode!r} is not one of {list(MODES)}")
+    defaults = DEFAULTS[mode]
+    unknown = sorted(set(settings) - set(defaults) - {"mode"})
+    if unknown:
+        raise CompressionError(f"{where}.{unknown[0]}: not a {mode} setting; known: {sorted(defaults)}")
+    out = {"mode": mode, **defaults, **settings}
+    for key, allowed in VALID[mode].items():
+        if out[key] not in allowed:
+            raise CompressionError(f"{where}.{key}: {out[key]!r} is not one of {list(allowed)}")
+    for key, least in (("block_size", 1), ("group_size", 1), ("weight_threshold", 0)):
+        if key in out and (not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < least):
+            raise CompressionError(f"{where}.{key}: {out[key]!r} must be an integer >= {least}")
+    out["exclude_op_types"] = sorted(out["exclude_op_types"])
+    return out
+
+
+def required_ops(settings: dict) -> list[tuple[str, str]]:
+    """(key, constexpr op) of every setting that needs the iOS18 opset."""
+    return [(k, op) for (m, k, v), op in _IOS18_ONLY.items() if m == settings["mode"] and settings.get(k) == v]
+
+
+def check_target(settings: dict, deployment_target: str, where: str, stage: str) -> None:
+    """Per-block int8/int4 and grouped-channel or 3-bit LUTs exist only from the iOS18 opset on."""
+    if deployment_target in IOS18_TARGETS:
+        return
+    for key, op in required_ops(settings):
+        raise CompressionError(
+            f"{where}.{key}: {settings[key]!r} needs {op}, first in the iOS18/macOS15 opset, but stage {stage}'s "
+            f"deployment_target is {deployment_target}; raise the stage's deployment_target or pick another {key}")
+
+
+def _ct():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import coremltools as ct
+    return ct
+
+
+def op_config(settings: dict):
+    """The coremltools OpCompressorConfig for these settings."""
+    from coremltools.optimize import coreml as cto
+
+    if settings["mode"] == "linear":
+        kw = {"mode": "linear_symmetric" if settings["symmetric"] else "linear", "dtype": settings["dtype"],
+              "granularity": settings["granularity"], "weight_threshold": settings["weight_threshold"]}
+        if settings["granularity"] == "per_block":
+            kw["block_size"] = settings["block_size"]
+        return cto.OpLinearQuantizerConfig(**kw)
+    kw = {"mode": settings["algorithm"], "nbits": settings["nbits"], "granularity": settings["granularity"],
+          "weight_threshold": settings["weight_threshold"]}
+    if settings["granularity"] == "per_grouped_channel":
+        kw["group_size"] = settings["group_size"]
+    return cto.OpPalettizerConfig(**kw)
+
+
+def _ops(spec) -> list[str]:
+    types = []
+
+    def walk(block):
+        for op in block.operations:
+            types.append(op.type)
+            for b in op.blocks:
+                walk(b)
+
+    for fn in spec.mlProgram.functions.values():
+        for blk in fn.block_specializations.values():
+            walk(blk)
+    return types
+
+
+def _weight_bytes(package: Path) -> int:
+    return sum(p.stat().st_size for p in (Path(package) / "Data").rglob("weights/*") if p.is_file())
+
+
+def _bytes(package: Path) -> int:
+    return sum(p.stat().st_size for p in Path(package).rglob("*") if p.is_file())
+
+
+def compress_model(base_package: Path, settings: dict, where: str):
+    """The compressed MLModel (not saved) and the constexpr op counts it gained."""
+    ct = _ct()
+    from coremltools.optimize import coreml as cto
+
+    mlmodel = ct.models.MLModel(str(base_package), skip_model_load=True)
+    spec = mlmodel.get_spec()
+    present = set(_ops(spec))
+    missing = [t for t in settings["exclude_op_types"] if t not in present]
+    if missing:
+        raise CompressionError(f"{where}.exclude_op_types: {missing} match no op of {base_package} "
+                               f"(its ops: {sorted(t for t in present if t != 'const')})")
+    config = cto.OptimizationConfig(global_config=op_config(settings),
+                                    op_type_configs={t: None for t in settings["exclude_op_types"]} or None)
+    fn = cto.linear_quantize_weights if settings["mode"] == "linear" else cto.palettize_weights
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn(mlmodel, config)
+    except Exception as e:
+        raise CompressionError(f"{where}: coremltools could not compress {base_package}: {type(e).__name__}: {e}") from e
+    before = {t for t in present if t.startswith(CONSTEXPR_PREFIX)}
+    gained = {}
+    for t in _ops(out.get_spec()):
+        if t.startswith(CONSTEXPR_PREFIX) and t not in before:
+            gained[t] = gained.get(t, 0) + 1
+    if not gained:
+        raise CompressionError(f"{where}: no weight of {base_package} was compressed (every tensor is below "
+                               f"weight_threshold={settings['weight_threshold']} elements or excluded)")
+    # the package keeps the base's descriptions and metadata; the variant is recorded beside them
+    out.user_defined_metadata.update({"anetts.variant": settings.get("variant", ""),
+                                      "anetts.compression": json.dumps({k: v for k, v in settings.items() if k != "variant"},
+                                                                       sort_keys=True)})
+    return out, gained
+
+
+def compress_and_gate(stage: str, base_package: Path, base_report: Path, example_inputs: Path,
+                      export_outputs: Path, export_report: Path, settings: dict, gate, out_package: Path,
+                      out_report: Path, out_parity: Path, variant: str, compute_units: str = "CPU_AND_GPU",
+                      default_gate=None) -> dict:
+    """Compress one package, score it, and keep it only if it passes `gate`.
+
+    Writes `out_package`, `out_report` (the base convert report's keys, so the manifest writer
+    reads it unchanged, plus a `compression` block) and `out_parity`. On a failed gate nothing of
+    these exists afterwards; `<out_parity stem>.failed.json` holds the measured report.
+    """
+    from anetts.verify.parity import ParityError, run_parity
+
+    where = f"variants.{variant}"
+    outs = (Path(out_package), Path(out_report), Path(out_parity))
+    failed = Path(out_parity).with_name(Path(out_parity).stem + ".failed.json")
+    clear_outputs(*outs, failed)
+    base = json.loads(Path(base_report).read_text(encoding="utf-8"))
+    check_target(settings, base["deployment_target"], where, stage)
+    t0 = time.perf_counter()
+    mlmodel, gained = compress_model(base_package, {**settings, "variant": variant}, where)
+    t1 = time.perf_counter()
+    with atomic_outputs(*outs) as (tmp_pkg, tmp_report, tmp_parity):
+        mlmodel.save(str(tmp_pkg))
+        report = run_parity(tmp_pkg, example_inputs, export_outputs, export_report, gate, compute_units=compute_units)
+        report.pop("_arrays", None)  # the base parity job keeps the plot arrays; a variant needs its numbers
+        nbytes, wbytes = _bytes(tmp_pkg), _weight_bytes(tmp_pkg)
+        base_w = _weight_bytes(base_package)
+        sizes = {"bytes": nbytes, "weight_bytes": wbytes, "base_bytes": base["bytes"], "base_weight_bytes": base_w,
+                 "size_ratio": round(nbytes / base["bytes"], 4), "weight_ratio": round(wbytes / base_w, 4) if base_w else None}
+        report.update({"variant": variant, "default_gate": asdict(default_gate) if default_gate else None,
+                       "settings": settings, "sizes": sizes})
+        if not report["passed"]:
+            write_json(failed, report)
+            raise ParityError(f"variant {variant} {stage}/{report['bucket']} failed its gate (min {gate.min_snr_db} dB, "
+                              f"exact >= {gate.min_exact_fraction}): measured {_measured(report)}; nothing was kept; "
+                              f"report: {failed}")
+        compressed = {
+            **{k: base[k] for k in ("stage", "bucket", "geometry", "deployment_target", "precision", "compute_units",
+                                    "inputs", "outputs")},
+            "package": Path(out_package).name,
+            "sha256": tree_sha256(tmp_pkg),
+            "bytes": nbytes,
+            "weight_bytes": wbytes,
+            "compression": {
+                "variant": variant, "settings": settings, "constexpr_ops": gained,
+                "base_package": str(base_package), **{k: sizes[k] for k in ("base_bytes", "base_weight_bytes",
+                                                                            "size_ratio", "weight_ratio")},
+            },
+            "seconds": {"compress": round(t1 - t0, 3), "total": round(time.perf_counter() - t0, 3)},
+            "provenance": provenance(),
+        }
+        write_json(tmp_report, compressed)
+        write_json(tmp_parity, report)
+    log.info("variant %s %s/%s: %.3f x bytes, %s", variant, stage, report["bucket"],
+             compressed["compression"]["size_ratio"], _measured(report))
+    return compressed
+
+
+def _measured(report: dict) -> str:
+    """Worst SNR and integer-output exact fractions per gated backend, e.g. `mil 31.2 dB`."""
+    parts = []
+    for name, b in report["backends"].items():
+        if "passed" not in b:
+            continue
+        snr = b.get("min_snr_db")
+        parts.append(f"{name} {snr:.1f} dB" if snr is not None else f"{name} - dB")
+        parts += [f"{name} {o}: {m['exact_fraction']:.3f} exact" for o, m in b["outputs"].items() if "exact_fraction" in m]
+    return ", ".join(parts)

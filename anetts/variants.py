@@ -1,0 +1,113 @@
+"""Compressed variants as the Snakefile sees them: which stages each variant compresses, with what
+settings and gate, and the file lists of its rules (rules/compress.smk).
+
+config.yaml:
+
+    variants:
+      int8:
+        mode: linear              # linear | palettize; the other keys and their defaults:
+        dtype: int8               #   anetts.compile.compress.DEFAULTS
+        stages: [generator]       # default: every stage of the model
+        overrides: {generator: {granularity: per_tensor}}   # per-stage settings
+        gate: {min_snr_db: 30}    # default: the stage's parity gate
+        in_all: false             # `snakemake all` builds it too (default: only `snakemake variants`)
+
+Stages a variant does not compress keep the model's verified base package, so every variant
+directory holds a complete manifest the runtime loads like a model directory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from anetts import artifacts
+from anetts.compile.compress import CompressionError, check_target, resolve_settings
+from anetts.workflow import ConfigError, WorkflowConfig, canonical
+
+_PKG = Path(__file__).parent
+VARIANT_KEYS = ("stages", "overrides", "gate", "in_all")
+
+
+class VariantConfig:
+    def __init__(self, config: dict, wf: WorkflowConfig):
+        self.wf = wf
+        self.variants = dict(config.get("variants") or {})
+        # every (model, variant, stage) resolves now, so a bad key fails before any job runs
+        for model in wf.model_names:
+            for name in self.variants:
+                for stage in self.stages(model, name):
+                    self.settings(model, name, stage)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.variants)
+
+    def _variant(self, name: str) -> dict:
+        if name not in self.variants:
+            raise ConfigError(f"variants.{name}: no such variant; configured: {self.names}")
+        return self.variants[name]
+
+    def stages(self, model: str, name: str) -> list[str]:
+        """The stages `name` compresses, in the model's stage order."""
+        v = self._variant(name)
+        model_stages = self.wf.stages(model)
+        listed = v.get("stages", model_stages)
+        for s in [*listed, *v.get("overrides", {})]:
+            if s not in model_stages:
+                key = "stages" if s in listed else f"overrides.{s}"
+                raise ConfigError(f"variants.{name}.{key}: {s!r} is not a stage of {model}; stages: {model_stages}")
+        unused = [s for s in v.get("overrides", {}) if s not in listed]
+        if unused:
+            raise ConfigError(f"variants.{name}.overrides.{unused[0]}: stage is not in variants.{name}.stages {listed}")
+        return [s for s in model_stages if s in listed]
+
+    def settings(self, model: str, name: str, stage: str) -> dict:
+        v = self._variant(name)
+        base = {k: val for k, val in v.items() if k not in VARIANT_KEYS}
+        where = f"variants.{name}" if stage not in v.get("overrides", {}) else f"variants.{name}.overrides.{stage}"
+        try:
+            s = resolve_settings({**base, **v.get("overrides", {}).get(stage, {})}, where)
+            check_target(s, self.wf.convert_options(model, stage)["deployment_target"], where, stage)
+        except CompressionError as e:
+            raise ConfigError(str(e)) from None
+        return canonical(s)
+
+    def gate(self, model: str, name: str, stage: str) -> dict:
+        return canonical({**self.wf.parity_gate(model, stage), **self._variant(name).get("gate", {})})
+
+    def in_all(self) -> list[str]:
+        return [n for n in self.names if self.variants[n].get("in_all", False)]
+
+    # -- rule inputs -------------------------------------------------------------------------
+    def code(self) -> list[str]:
+        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
+
+    def compressed(self, model: str, name: str, stage: str) -> bool:
+        return stage in self.stages(model, name)
+
+    def _per_package(self, model: str, name: str, variant_path, base_path) -> list[str]:
+        return [str(variant_path(model, name, s, b) if self.compressed(model, name, s) else base_path(model, s, b))
+                for s in self.wf.stages(model) for b in self.wf.buckets(model, s)]
+
+    def packages(self, model: str, name: str) -> list[str]:
+        """Every package of the variant's manifest: compressed where configured, else the base one."""
+        return self._per_package(model, name, artifacts.variant_package_path, artifacts.package_path)
+
+    def package_reports(self, model: str, name: str) -> list[str]:
+        return self._per_package(model, name, artifacts.variant_package_report, artifacts.package_report)
+
+    def parity_reports(self, model: str, name: str) -> list[str]:
+        return self._per_package(model, name, artifacts.variant_parity_path, artifacts.parity_path)
+
+    def compressed_reports(self, model: str, names: list[str] | None = None) -> list[str]:
+        return [str(artifacts.variant_package_report(model, n, s, b)) for n in (names or self.names)
+                for s in self.stages(model, n) for b in self.wf.buckets(model, s)]
+
+    def manifests(self, model: str, names: list[str] | None = None) -> list[str]:
+        return [str(artifacts.variant_manifest_path(model, n)) for n in (self.names if names is None else names)]
+
+    def targets(self, model: str, names: list[str] | None = None) -> list[str]:
+        """What `snakemake variants` (all names) or `all` (the in_all ones) builds."""
+        names = self.names if names is None else names
+        # the summary compares every configured variant, so it is built only when all of them are
+        summary = [str(artifacts.variants_summary_path(model))] if names and set(names) == set(self.names) else []
+        return [*self.manifests(model, names), *summary]
