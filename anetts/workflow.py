@@ -81,7 +81,16 @@ class WorkflowConfig:
 
     def weights_code(self, model: str) -> list[str]:
         family = get_family(self.family_of(model))
-        return self._rel([_PKG / "weights.py", *family.weights_code])
+        kind = self.config["models"][model]["weights"]["source"]
+        return self._rel([_PKG / "weights.py", *family.source_code.get(kind, family.weights_code)])
+
+    def weights_inputs(self, model: str) -> list[str]:
+        """Files a weights source reads from disk (an ONNX export), so replacing one rebuilds."""
+        src = self.config["models"][model]["weights"]
+        if src["source"] != "onnx":
+            return []
+        voices = os.path.expanduser(src["voices_path"])
+        return [os.path.expanduser(src["model"]), *([voices] if voices.endswith((".npz", ".bin")) else [])]
 
     def stage_code(self, model: str, stage: str) -> list[str]:
         st = get_family(self.family_of(model)).stage(stage)

@@ -24,6 +24,12 @@ def _make_reference(model, weights_dir: Path, seconds: int) -> dict:
     return example_for_seconds(model, weights_dir, seconds, EXAMPLE_VOICE)
 
 
+def _materialize_onnx(source: dict, staging: Path, voices: list, scratch: Path) -> dict:
+    from anetts.models.kokoro.onnx_weights import materialize_onnx
+
+    return materialize_onnx(source, staging, voices, scratch)
+
+
 FAMILY = Family(
     name="kokoro",
     stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
@@ -39,4 +45,7 @@ FAMILY = Family(
     make_reference=_make_reference,
     host_params=_weights.host_dsp_params,
     reference_code=(_HERE / "reference.py", _HERE / "dsp.py", _HERE / "data" / "example_phonemes.txt"),
+    convert_onnx=_materialize_onnx,
+    # the converter, the validation it shares and the config it writes; not the synthetic code
+    source_code={"onnx": (_HERE / "onnx_weights.py", _HERE / "weights.py", _HERE / "data" / "kokoro-82m.config.json")},
 )
