@@ -45,10 +45,10 @@ from anetts.runtime.audio import log_mel_similarity  # noqa: E402
 log = logging.getLogger("real_weights_fidelity")
 
 # Japanese phoneme strings in Kokoro's vocab (the export's voices are Japanese), short enough
-# for a 3 s generator bucket: "Good morning. The weather is nice today." / "Thank you very much."
+# for a 3 s generator bucket: "The weather is nice today." / "Thank you very much."
 # / "I'll go to the station tomorrow."
 TEXTS = (
-    "ohajoː ɡozaimasɯ. kʲoːwa ii teŋki desɯ ne.",
+    "kʲoːwa ii teŋki desɯ ne.",
     "doːmo aɾiɡatoː ɡozaimasɯ.",
     "aɕita eki e ikimasɯ.",
 )
