@@ -224,3 +224,35 @@ def test_scope_to_module():
         "/encoder/bert/encoder/albert_layer_groups.0/albert_layers.0/attention/query_3/MatMul_quant"
     ) == "bert.encoder.albert_layer_groups.0.albert_layers.0.attention.query"
     assert O.scope_to_module("/Transpose") is None
+
+
+def test_onnx_weights_have_their_own_code_inputs():
+    """Editing synthetic-only code (weight statistics, calibration) must not rebuild ONNX weights;
+    replacing the ONNX file or the voice pack must."""
+    import yaml
+
+    from anetts.workflow import WorkflowConfig
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    wf = WorkflowConfig(cfg)
+    onnx_code, synthetic_code = wf.weights_code("kokoro-82m-onnx"), wf.weights_code("kokoro-tiny")
+    assert any(p.endswith("onnx_weights.py") for p in onnx_code)
+    assert not any(p.endswith(("weight_stats.json", "reference.py")) for p in onnx_code)
+    assert any(p.endswith("weight_stats.json") for p in synthetic_code)
+    assert not any(p.endswith("onnx_weights.py") for p in synthetic_code)
+    src = cfg["models"]["kokoro-82m-onnx"]["weights"]
+    assert wf.weights_inputs("kokoro-82m-onnx") == [src["model"], src["voices_path"]]
+    assert wf.weights_inputs("kokoro-tiny") == []
+
+
+def test_schema_accepts_the_onnx_entry_and_rejects_a_bad_pin():
+    import jsonschema
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    schema = yaml.safe_load((root / "schemas" / "config.schema.yaml").read_text())
+    cfg = yaml.safe_load((root / "config.yaml").read_text())
+    jsonschema.validate(cfg, schema)
+    cfg["models"]["kokoro-82m-onnx"]["weights"]["sha256"] = "not-a-sha"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(cfg, schema)
