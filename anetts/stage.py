@@ -184,6 +184,8 @@ class Family:
     host_params: Callable[[Path], dict] | None = None
     # (weights dir, out dir) → relative paths of the files the runtime reads besides packages
     write_runtime_assets: Callable[[Path, Path], list] | None = None
+    # (source block, staging dir, voices, scratch) → report: an ONNX export in the upstream layout
+    convert_onnx: Callable[[dict, Path, list, Path], dict] | None = None
 
     def stage(self, name: str) -> Stage:
         if name not in self.stages:

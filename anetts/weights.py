@@ -1,4 +1,5 @@
-"""One loader, three sources, one on-disk layout: synthetic, Hugging Face, or a local directory.
+"""One loader, four sources, one on-disk layout: synthetic, Hugging Face, a local directory, or an
+ONNX export converted back to the upstream layout.
 
 `materialize_weights` fills `out_dir` with the family's upstream-format files, validates them
 (naming any missing, extra, mis-shaped or non-finite tensor) and writes `source.json` with the
@@ -17,7 +18,7 @@ from anetts.families import get_family
 
 log = logging.getLogger(__name__)
 
-SOURCE_KINDS = ("synthetic", "hf", "local")
+SOURCE_KINDS = ("synthetic", "hf", "local", "onnx")
 
 
 class WeightsSourceError(RuntimeError):
@@ -71,6 +72,11 @@ def materialize_weights(family_name: str, source: dict, out_dir: Path) -> dict:
         if kind == "synthetic":
             record["synthesis"] = family.synthesize(staging, source["preset"], int(source.get("seed", 0)), work)
             voices = family.synthetic_voices
+        elif kind == "onnx":
+            if family.convert_onnx is None:
+                raise WeightsSourceError(f"family {family_name!r} has no ONNX weights converter")
+            voices = list(source["voices"])
+            record["conversion"] = family.convert_onnx(source, staging, voices, work)
         else:
             voices = list(source.get("voices") or family.default_voices)
             files = family.weights_files + tuple(family.voice_file(v) for v in voices)

@@ -99,6 +99,14 @@ class WorkflowConfig:
         # each source depends on its own code: editing synthetic-only code never re-copies real weights
         return self._rel(self.decl(model).weights_paths(self.weights_source(model)["source"]))
 
+    def weights_inputs(self, model: str) -> list[str]:
+        """Files a weights source reads from disk (an ONNX export), so replacing one rebuilds."""
+        src = self.config["models"][model]["weights"]
+        if src["source"] != "onnx":
+            return []
+        voices = os.path.expanduser(src["voices_path"])
+        return [os.path.expanduser(src["model"]), *([voices] if voices.endswith((".npz", ".bin")) else [])]
+
     def stage_code(self, model: str, stage: str) -> list[str]:
         st = self.decl(model).stage(stage)
         return self._rel([*st.source_paths(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])

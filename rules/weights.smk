@@ -2,6 +2,7 @@ rule weights:
     """Materialize weights (synthetic / hf / local) in the upstream layout and validate them."""
     input:
         code=lambda w: WF.weights_code(w.model),
+        files=lambda w: WF.weights_inputs(w.model),
     output:
         directory("artifacts/{model}/weights"),
     params:

@@ -31,6 +31,8 @@ DECLARATION = FamilyDecl(
                       f"{_K}/reference.py", f"{_K}/data/example_phonemes.txt"),
         "hf": _WEIGHTS_COMMON,
         "local": _WEIGHTS_COMMON,
+        # the converter, the validation it shares and the config it writes; not the synthetic code
+        "onnx": (*_WEIGHTS_COMMON, f"{_K}/onnx_weights.py", f"{_K}/data/kokoro-82m.config.json"),
     },
     reference_code=(f"{_K}/reference.py", f"{_K}/dsp.py", f"{_K}/data/example_phonemes.txt"),
     assets_code=(f"{_K}/assets.py", f"{_K}/weights.py"),

@@ -27,6 +27,12 @@ def _make_reference(model, weights_dir: Path, seconds: int) -> dict:
     return example_for_seconds(model, weights_dir, seconds, EXAMPLE_VOICE)
 
 
+def _materialize_onnx(source: dict, staging: Path, voices: list, scratch: Path) -> dict:
+    from anetts.models.kokoro.onnx_weights import materialize_onnx
+
+    return materialize_onnx(source, staging, voices, scratch)
+
+
 FAMILY = Family(
     name=DECLARATION.name,
     stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
@@ -40,4 +46,5 @@ FAMILY = Family(
     make_reference=_make_reference,
     host_params=_weights.host_dsp_params,
     write_runtime_assets=write_runtime_assets,
+    convert_onnx=_materialize_onnx,
 )
