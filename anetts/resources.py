@@ -63,9 +63,17 @@ RULES: dict[str, RuleSpec] = {
     "parity_summary": RuleSpec(1, "packages", ()),
     "manifest": RuleSpec(1, "packages", ()),
     "runtime_assets": RuleSpec(1, None, ()),
+    "aimodel": RuleSpec(1, "bucket", ("stage", "bucket")),
+    "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket")),
+    "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket")),
+    "variant_manifest": RuleSpec(1, "packages", ("variant",)),
+    "variants_summary": RuleSpec(1, "packages", ()),
 }
 # Rules without an action: never submitted, nothing to declare.
-ACTIONLESS_RULES = ("all",)
+ACTIONLESS_RULES = ("all", "aimodels", "variants", "publish")
+# Rules that run on the submitting host (Snakemake `localrules`): publishing needs the user's token
+# and the network, which cluster nodes may lack; the scheduler never packs them.
+LOCAL_RULES = ("publish_model",)
 ANY_STAGE = "*"
 
 

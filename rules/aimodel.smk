@@ -23,7 +23,9 @@ rule aimodel:
         "artifacts/{model}/logs/aimodel/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/aimodel/{stage}/{bucket}.tsv"
-    threads: 1
+    threads: RES.threads("aimodel")
+    resources:
+        **RES.of("aimodel"),
     script:
         "../workflow_scripts/aimodel.py"
 
@@ -48,7 +50,9 @@ rule aimodel_parity:
         "artifacts/{model}/logs/aimodel_parity/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/aimodel_parity/{stage}/{bucket}.tsv"
-    threads: 2
+    threads: RES.threads("aimodel_parity")
+    resources:
+        **RES.of("aimodel_parity"),
     script:
         "../workflow_scripts/aimodel_parity.py"
 

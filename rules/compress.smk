@@ -32,10 +32,12 @@ rule compress:
         compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
         versions=WF.versions("coremltools", "numpy"),
     log:
-        "artifacts/{model}/logs/variants/{variant}/{stage}/{bucket}.log",
+        "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
     benchmark:
-        "artifacts/{model}/benchmarks/variants/{variant}/{stage}/{bucket}.tsv"
-    threads: 2
+        "artifacts/{model}/benchmarks/compress/{variant}/{stage}/{bucket}.tsv"
+    threads: RES.threads("compress")
+    resources:
+        **RES.of("compress"),
     script:
         "../workflow_scripts/compress.py"
 
@@ -56,7 +58,12 @@ rule variant_manifest:
         stages=lambda w: WF.stage_settings(w.model),
         compressed=lambda w: {s: VC.settings(w.model, w.variant, s) for s in VC.stages(w.model, w.variant)},
     log:
-        "artifacts/{model}/logs/variants/{variant}/manifest.log",
+        "artifacts/{model}/logs/variant_manifest/{variant}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/variant_manifest/{variant}.tsv"
+    threads: RES.threads("variant_manifest")
+    resources:
+        **RES.of("variant_manifest"),
     script:
         "../workflow_scripts/variant_manifest.py"
 
@@ -70,7 +77,12 @@ rule variants_summary:
         json="artifacts/{model}/variants/summary.json",
         markdown="artifacts/{model}/variants/summary.md",
     log:
-        "artifacts/{model}/logs/variants/summary.log",
+        "artifacts/{model}/logs/variants_summary.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/variants_summary.tsv"
+    threads: RES.threads("variants_summary")
+    resources:
+        **RES.of("variants_summary"),
     script:
         "../workflow_scripts/variants_summary.py"
 

@@ -2,6 +2,11 @@
 #   snakemake publish --config model=NAME hf_repo=OWNER/REPO
 
 
+# the commit needs the user's token and the network: it runs where snakemake was started, never on a node
+localrules:
+    publish_model,
+
+
 rule publish:
     """Target: publish the configured model (`hf_repo`, or `publish.repo_id` in config.yaml)."""
     input:
