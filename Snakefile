@@ -16,6 +16,7 @@ include: "rules/convert.smk"
 include: "rules/parity.smk"
 include: "rules/bundle.smk"
 include: "rules/manifest.smk"
+include: "rules/report.smk"  # last: it reads the other rules' benchmark patterns
 
 
 rule all:
@@ -23,3 +24,4 @@ rule all:
         manifest_file(config["model"]),
         f"artifacts/{config['model']}/parity_summary.md",
         WF.inspect_reports(config["model"]),
+        str(artifacts.report_path(config["model"])),
