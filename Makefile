@@ -5,7 +5,7 @@ CORES ?= 2
 # The CPU build of torch; an unpinned `torch` resolves to a multi-GB CUDA build on Linux.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup build test clean
+.PHONY: setup build test clean browser
 
 setup: $(VENV)/.installed
 
@@ -19,7 +19,12 @@ $(VENV)/.installed: pyproject.toml
 build: setup
 	$(VENV)/bin/snakemake all --cores $(CORES)
 
-test: setup
+# The report's browser test needs a Chromium: Debian's package (root, as in CI), unless one is on PATH.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: setup browser
 	$(VENV)/bin/pytest -q
 
 clean:

@@ -342,5 +342,6 @@ def render(d: dict) -> str:
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             f"<title>ane-tts report: {_h(model)}</title><style>{CSS}</style></head><body>"
             f"<header><h1>ane-tts build report: {_h(model)}</h1><div class='sub'>family {_h(man.get('family'))} · "
-            f"commit <code>{_h((git.get('commit') or '')[:12])}</code> · rendered {now}</div></header>"
+            f"commit <code>{_h((git.get('commit') or '')[:12] or 'unknown (not a git checkout)')}</code>"
+            f"{' (uncommitted changes)' if git.get('dirty') else ''} · rendered {now}</div></header>"
             f"<main><nav>{nav}</nav>{''.join(body)}</main></body></html>\n")
