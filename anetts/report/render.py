@@ -269,7 +269,7 @@ def _bench_section(d: dict) -> str:
                    f"order seed {_h(b['settings'].get('seed'))} · peak RSS {_bytes(b['memory'].get('peak_rss_bytes'))}</p>")
         ups = sorted({dev for r in b["end_to_end"] for dev in r.get("upstream", {})})
         head = ["target s", "audio s", "median s", "p90 s", "p95 s", "RTF"] + [f"upstream {u} median s" for u in ups] + \
-               [f"upstream {u} / runtime" for u in ups]
+               [f"upstream {u} / runtime" for u in ups] + ["per stage, median s"]
         rows = []
         for r in b["end_to_end"]:
             up = r.get("upstream", {})
@@ -277,8 +277,9 @@ def _bench_section(d: dict) -> str:
                          _num(r["warm"]["p90_s"], "{:.4f}"), _num(r["warm"]["p95_s"], "{:.4f}"),
                          f'<span data-rtf="{_h(name)}:{_h(r["target_s"])}">{r["rtf_median"]:.4f}</span>']
                         + [_num(up.get(u, {}).get("warm", {}).get("median_s"), "{:.4f}") for u in ups]
-                        + [_num(up.get(u, {}).get("ratio_upstream_over_runtime"), "{:.2f}×") for u in ups])
-        out.append("<b>End to end through the runtime</b>" + _table(head, rows, num_cols=tuple(range(len(head)))))
+                        + [_num(up.get(u, {}).get("ratio_upstream_over_runtime"), "{:.2f}×") for u in ups]
+                        + [_h(" · ".join(f"{k} {v:.3f}" for k, v in (r.get("stages_median_s") or {}).items()))])
+        out.append("<b>End to end through the runtime</b>" + _table(head, rows, num_cols=tuple(range(len(head) - 1))))
         for dev, info in (b.get("upstream") or {}).items():
             if not info.get("available", True):
                 out.append(f"<p class='muted'>upstream {_h(dev)}: {_h(info.get('reason'))}</p>")
@@ -307,7 +308,7 @@ def _provenance_section(d: dict) -> str:
         git = b.get("git", {})
         v = ", ".join(f"{k} {x}" for k, x in (b.get("versions") or {}).items() if x)
         m = b.get("machine", {})
-        out.append(f"<div class='card' data-provenance='{i}'><b>commit</b> <code>{_h(git.get('commit'))}</code>"
+        out.append(f"<div class='card' data-provenance='{i}'><b>commit</b> <code>{_h(git.get('commit') or 'unknown (not a git checkout)')}</code>"
                    f"{' (dirty)' if git.get('dirty') else ''}<br><b>tools</b> {_h(v)}<br><b>machine</b> "
                    f"{_h(m.get('system'))} {_h(m.get('release'))} {_h(m.get('machine'))}, {_h(m.get('cpu_count'))} CPUs, "
                    f"Python {_h(m.get('python'))}<details><summary>{len(p['files'])} file(s)</summary>"

@@ -116,7 +116,7 @@ def with_bench(built_workflow, tmp_path_factory) -> Path:
     shutil.copytree(built_workflow, work, symlinks=True)
     mdir = work / "artifacts" / MODEL
     done = subprocess.run([sys.executable, "-m", "anetts.cli", "bench", "--model-dir", str(mdir), "--backend", "torch",
-                           "--iterations", "2", "--warmup", "1", "--upstream", "cpu", "--threads", "1"],
+                           "--iterations", "1", "--warmup", "0", "--upstream", "--threads", "1"],
                           cwd=work, capture_output=True, text=True, env={**_env(work)})
     assert done.returncode == 0, done.stderr[-3000:]
     proc = run_snakemake(work, "all")
