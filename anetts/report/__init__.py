@@ -23,8 +23,9 @@ __all__ = ["ReportInputError", "build_report", "collect", "discover_inputs", "re
 
 def build_report(inputs: dict[str, list[str]], out: Path) -> Path:
     """Read `inputs`, write the HTML to `out` (atomically: a failure leaves no report behind)."""
-    from anetts.artifacts import atomic_outputs
+    from anetts.artifacts import atomic_outputs, clear_outputs
 
+    clear_outputs(out)  # a stale report must not survive a failed one
     data = collect(inputs)
     html = render(data)
     with atomic_outputs(out) as (tmp,):
