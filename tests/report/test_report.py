@@ -109,6 +109,24 @@ def test_provenance_names_the_commit_of_the_build(model_dir, page):
                for t in texts), texts
 
 
+def test_declared_inputs_are_what_the_directory_holds(built_workflow, model_dir, monkeypatch):
+    """The rule's inputs (from the config) and `anetts report`'s (from the directory) agree."""
+    import yaml
+
+    from anetts.report.inputs import discover_inputs, report_inputs
+    from anetts.workflow import WorkflowConfig
+
+    monkeypatch.chdir(built_workflow)
+    wf = WorkflowConfig(yaml.safe_load(Path("config.yaml").read_text()), root=built_workflow)
+    declared = report_inputs(wf, MODEL, {"weights": "artifacts/{model}/benchmarks/weights.tsv"})
+    found = discover_inputs(Path("artifacts") / MODEL)
+    assert declared["job_benchmarks"] == ["artifacts/kokoro-tiny/benchmarks/weights.tsv"]
+    for key in declared:
+        if key != "job_benchmarks":
+            assert sorted(map(str, declared[key])) == sorted(map(str, found[key])), key
+            assert all(Path(p).is_file() for p in declared[key]), key
+
+
 # ------------------------------------------------------------------ a bench JSON dropped in
 
 @pytest.fixture(scope="module")
