@@ -4,16 +4,24 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 # The CPU build of torch; an unpinned `torch` resolves to a multi-GB CUDA build on Linux.
 TORCH_SPEC ?= torch==2.13.0
+# The Fish reference (anetts/models/fish/reference.py). --no-deps: its declared requirements pull
+# gradio, wandb, datasets==2.18, pyaudio (a source build) and pin numpy<=1.26.4; the few modules
+# it needs at import (einops, loralib, tiktoken, transformers) are in pyproject.toml.
+FISH_SPEECH_SPEC ?= fish-speech==0.1.0
+# The independent S2 port the Fish reference is checked against (anetts/models/fish/crosscheck.py).
+# --no-deps: it declares transformers>=5.14, which this project pins below 5; mlx is in pyproject.toml.
+MLX_AUDIO_SPEC ?= mlx-audio==0.6.2
 
 .PHONY: setup build test clean browser
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(MLX_AUDIO_SPEC)"
 	touch $@
 
 build: setup

@@ -10,6 +10,7 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/weights.smk"
+include: "rules/assets.smk"
 include: "rules/reference.smk"
 include: "rules/export.smk"
 include: "rules/convert.smk"

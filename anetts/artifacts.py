@@ -26,6 +26,11 @@ def weights_dir(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "weights"
 
 
+def assets_dir(model: str, root: Path = ARTIFACTS) -> Path:
+    """Files the runtime reads besides packages (vocab, voices, ...), listed in the manifest."""
+    return model_dir(model, root) / "assets"
+
+
 def reference_path(model: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "reference" / f"{bucket}.npz"
 

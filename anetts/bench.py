@@ -146,7 +146,7 @@ def parse_compute_units(values: list[str] | None) -> str | dict[str, str] | None
 
 def choose_prefixes(tts, words: list[str], voice: str, speed: float, lang: str, targets=TARGETS_S) -> list[dict]:
     """For each target (s), the longest word prefix of the passage whose predicted frames fit it."""
-    from anetts.text import phonemize
+    from anetts.models.kokoro.text import phonemize
 
     pack = tts.voice_pack(voice)
     cache: dict[int, dict] = {}
@@ -294,7 +294,7 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
                 upstream_info[dev_name] = {"available": False, "reason": reason}
                 continue
             t0 = time.perf_counter()
-            kmodel = load_kmodel(arts.weights_dir)
+            kmodel = load_kmodel(arts.model_dir / arts.manifest.get("weights_dir", "weights"))
             upstream_runs[dev_name] = _upstream_runner(kmodel, device)
             upstream_info[dev_name] = {"available": True, "load_s": time.perf_counter() - t0}
 

@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--lang", default=None, help="G2P language (default en-us; en-gb for b* voices)")
     s.add_argument("--seed", type=int, default=0, help="seed of the hn-NSF noise (default 0)")
     s.add_argument("--threads", type=int, default=None, help="torch threads (torch backend)")
+    s.add_argument("--deployment-target", default=None, metavar="OS",
+                   help="oldest OS to support, e.g. macOS14; from macOS15/iOS18 on stages run from their "
+                        "multifunction bundles (coreml and mil backends), otherwise per-bucket packages")
     s.add_argument("--compute-units", default=None, choices=("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"),
                    help="Core ML compute units for every stage (coreml backend; default: per stage from the manifest)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -52,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="render <model-dir>/report.html from a built model (anetts.report)", add_help=False)
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(func=_report)
+
+    v = sub.add_parser("verify", help="re-check every manifested file's sha256; --repair removes bad ones so "
+                                      "`snakemake all` rebuilds them (anetts.verify.files)", add_help=False)
+    v.add_argument("args", nargs=argparse.REMAINDER)
+    v.set_defaults(func=_verify)
     return p
 
 
@@ -71,7 +79,8 @@ def _speak(args) -> int:
         print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
         return 2
     try:
-        tts = load(args.model_dir, backend=args.backend, threads=args.threads, compute_units=args.compute_units)
+        tts = load(args.model_dir, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
+                   deployment_target=args.deployment_target)
         chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
         parts, timings, bar = [], {}, None
         for chunk in chunks:
@@ -111,11 +120,7 @@ def _speak(args) -> int:
 
 
 def _delegate(module: str, command: str, argv: list[str]) -> int:
-    try:
-        sub_cli = importlib.import_module(module)
-    except ImportError as e:
-        print(f"anetts {command}: error: {module} is not available: {e}", file=sys.stderr)
-        return 1
+    sub_cli = importlib.import_module(module)  # part of this package: an import error is a bug, shown as one
     try:
         rc = sub_cli.main(list(argv))
     except SystemExit as e:  # its argparse: usage errors and --help
@@ -125,6 +130,10 @@ def _delegate(module: str, command: str, argv: list[str]) -> int:
 
 def _run_mil(args) -> int:
     return _delegate("anetts.mil.cli", "run-mil", args.args)
+
+
+def _verify(args) -> int:
+    return _delegate("anetts.verify.files", "verify", args.args)
 
 
 def _inspect(args) -> int:

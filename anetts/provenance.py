@@ -12,14 +12,16 @@ from anetts._version import __version__
 TOOLS = ("torch", "coremltools", "numpy", "kokoro", "transformers", "snakemake")
 
 
-def tool_versions() -> dict[str, str]:
-    out = {"anetts": __version__}
-    for name in TOOLS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+@functools.lru_cache(maxsize=None)
+def version_of(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def tool_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    return {"anetts": __version__, **{name: version_of(name) for name in (*TOOLS, *extra)}}
 
 
 @functools.lru_cache(maxsize=1)

@@ -7,9 +7,9 @@ realistic example inputs. Trace, convert, execute and compare know nothing else 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # only for annotations: the runtime reads TensorSpecs without
     import torch
 
 DTYPES = {"float32": np.float32, "int32": np.int32}
+# Core ML keeps model state (ct.StateType, macOS15 / iOS18) in fp16 only
+STATE_DTYPES = {"float16": np.float16}
 
 
 @dataclass(frozen=True)
@@ -25,14 +27,16 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str  # "float32" | "int32": CoreML I/O stays fp32/int32 even when compute is fp16
     description: str
+    allowed_dtypes: ClassVar[dict] = DTYPES
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"tensor {self.name}: unsupported dtype {self.dtype!r}")
+        if self.dtype not in self.allowed_dtypes:
+            raise ValueError(f"tensor {self.name}: unsupported dtype {self.dtype!r}; "
+                             f"choose one of {sorted(self.allowed_dtypes)}")
 
     @property
     def np_dtype(self):
-        return DTYPES[self.dtype]
+        return self.allowed_dtypes[self.dtype]
 
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "description": self.description}
@@ -45,7 +49,7 @@ class TensorSpec:
         """Raise naming this input when `array` does not match the spec."""
         if tuple(array.shape) != self.shape:
             raise ValueError(f"{where}: expected shape {self.shape}, got {tuple(array.shape)} for input: {self.name}")
-        if array.dtype != DTYPES[self.dtype]:
+        if array.dtype != self.np_dtype:
             raise ValueError(f"{where}: expected dtype {self.dtype}, got {array.dtype} for input: {self.name}")
 
 
@@ -77,6 +81,53 @@ class BucketSpec:
             tuple(TensorSpec.from_json(t) for t in d["inputs"]),
             tuple(TensorSpec.from_json(t) for t in d["outputs"]),
         )
+
+
+@dataclass(frozen=True)
+class StateSpec(TensorSpec):
+    """A state buffer of a function (e.g. a KV cache): persists between calls, fp16 only."""
+
+    allowed_dtypes: ClassVar[dict] = STATE_DTYPES
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One entry point of a package (`prefill`, `decode`, or a bucket): its I/O and its states.
+
+    Functions of one package that declare the same states share them: a state made for one
+    (Core ML's `makeState()`, `MilProgram.make_state`) is passed to the calls of the others."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    states: tuple[StateSpec, ...] = ()
+
+    def __post_init__(self):
+        for t in (*self.inputs, *self.outputs):
+            if t.dtype not in DTYPES:  # a StateSpec passed as I/O
+                raise ValueError(f"function {self.name}: input/output {t.name} must be one of {sorted(DTYPES)}")
+        for t in self.states:
+            if not isinstance(t, StateSpec):
+                raise ValueError(f"function {self.name}: state {t.name} must be a StateSpec (fp16)")
+        names = [t.name for t in (*self.inputs, *self.outputs, *self.states)]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"function {self.name}: names used twice among inputs, outputs and states: {dup}")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "inputs": [t.to_json() for t in self.inputs],
+                "outputs": [t.to_json() for t in self.outputs], "states": [t.to_json() for t in self.states]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FunctionSpec":
+        return cls(str(d["name"]), tuple(TensorSpec.from_json(t) for t in d["inputs"]),
+                   tuple(TensorSpec.from_json(t) for t in d["outputs"]),
+                   tuple(StateSpec.from_json(t) for t in d.get("states", ())))
+
+    @classmethod
+    def from_bucket(cls, spec: BucketSpec, name: str | None = None) -> "FunctionSpec":
+        """A stateless bucket as a function (named after the bucket unless `name`)."""
+        return cls(name or spec.bucket, spec.inputs, spec.outputs)
 
 
 class Stage(ABC):
@@ -118,19 +169,21 @@ class Family:
 
     name: str
     stages: dict[str, Stage]
-    load_model: Callable[[Path], Any]  # weights dir → upstream model, ready to trace
+    # (weights dir, stage name or None for the shared reference run) → the upstream model (or just
+    # the part of it that stage needs), ready to trace: a chunk of layers must not need the whole model
+    load_model: Callable[[Path, str | None], Any]
     weights_files: tuple[str, ...]  # files every weights dir holds, besides voices
     voice_file: Callable[[str], str]  # voice name → relative path in a weights dir
     default_voices: tuple[str, ...]  # voices fetched from a real source when config names none
     synthetic_voices: tuple[str, ...]
     synthesize: Callable[[Path, str, int, Path], dict]  # (out_dir, preset, seed, scratch) → report
     validate_weights: Callable[[Path, list, Path], dict]  # (dir, voices, scratch) → model config
-    weights_code: tuple[Path, ...] = field(default=())  # sources whose edits change synthetic weights
     # (model, weights dir, size) → named arrays: upstream's stage-boundary tensors for one example
     make_reference: Callable[[Any, Path, int], dict] | None = None
-    reference_code: tuple[Path, ...] = field(default=())
     # weights dir → JSON-able parameters the runtime's host DSP needs (not part of any package)
     host_params: Callable[[Path], dict] | None = None
+    # (weights dir, out dir) → relative paths of the files the runtime reads besides packages
+    write_runtime_assets: Callable[[Path, Path], list] | None = None
 
     def stage(self, name: str) -> Stage:
         if name not in self.stages:

@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dataclasses import asdict
+
 from anetts import artifacts
-from anetts.families import get_family
-from anetts.provenance import tool_versions
+from anetts.family import bucket_regex
+from anetts.families import declaration
+from anetts.options import ConvertOptions, Gate
+from anetts.provenance import version_of
 
 _PKG = Path(__file__).parent
-CONVERT_DEFAULTS = {"deployment_target": "macOS13", "precision": "fp16", "compute_units": "CPU_AND_GPU",
-                    "linear_rewrite": "none", "fatal_lint": []}
 
 
 class ConfigError(ValueError):
@@ -40,11 +42,14 @@ class WorkflowConfig:
             fam = m["family"]
             if fam not in config["families"]:
                 raise ConfigError(f"models.{name}.family: no `families.{fam}` block in config")
-            family = get_family(fam)
+            family = declaration(fam)
             for stage in config["families"][fam]["stages"]:
                 if stage not in family.stages:
                     raise ConfigError(f"families.{fam}.stages.{stage}: family {fam!r} has no such stage; "
                                       f"stages: {sorted(family.stages)}")
+        for stage in config.get("parity", {}).get("stages", {}):
+            if stage not in self.stage_names:
+                raise ConfigError(f"parity.stages.{stage}: no configured stage has this name; stages: {self.stage_names}")
 
     # -- names -------------------------------------------------------------------------------
     @property
@@ -58,6 +63,13 @@ class WorkflowConfig:
     def family_of(self, model: str) -> str:
         return self.config["models"][model]["family"]
 
+    @property
+    def bucket_regex(self) -> str:
+        return bucket_regex(declaration(f) for f in self.config["families"])
+
+    def decl(self, model: str):
+        return declaration(self.family_of(model))
+
     def _stages(self, model: str) -> dict:
         return self.config["families"][self.family_of(model)]["stages"]
 
@@ -65,11 +77,11 @@ class WorkflowConfig:
         return list(self._stages(model))
 
     def buckets(self, model: str, stage: str) -> list[str]:
-        st = get_family(self.family_of(model)).stage(stage)
+        st = self.decl(model).stage(stage)
         return [st.bucket_name(size) for size in self._stages(model)[stage]["buckets"]]
 
     def bucket_size(self, model: str, stage: str, bucket: str) -> int:
-        st = get_family(self.family_of(model)).stage(stage)
+        st = self.decl(model).stage(stage)
         for size in self._stages(model)[stage]["buckets"]:
             if st.bucket_name(size) == bucket:
                 return size
@@ -80,20 +92,19 @@ class WorkflowConfig:
         return sorted({os.path.relpath(Path(p).resolve(), Path.cwd()) for p in paths})
 
     def weights_code(self, model: str) -> list[str]:
-        family = get_family(self.family_of(model))
-        return self._rel([_PKG / "weights.py", *family.weights_code])
+        # each source depends on its own code: editing synthetic-only code never re-copies real weights
+        return self._rel(self.decl(model).weights_paths(self.weights_source(model)["source"]))
 
     def stage_code(self, model: str, stage: str) -> list[str]:
-        st = get_family(self.family_of(model)).stage(stage)
-        return self._rel([*st.source_files(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])
+        st = self.decl(model).stage(stage)
+        return self._rel([*st.source_paths(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])
 
     def reference_code(self, model: str) -> list[str]:
-        family = get_family(self.family_of(model))
-        return self._rel([*family.reference_code, _PKG / "compile" / "trace.py"])
+        return self._rel([*self.decl(model).reference_paths(), _PKG / "compile" / "trace.py"])
 
     def reference_size(self, model: str, bucket: str) -> int:
         """Size of a shared reference bucket: any reference-using stage that has this bucket."""
-        family = get_family(self.family_of(model))
+        family = self.decl(model)
         for stage in self.stages(model):
             if family.stage(stage).uses_reference and bucket in self.buckets(model, stage):
                 return self.bucket_size(model, stage, bucket)
@@ -101,12 +112,16 @@ class WorkflowConfig:
 
     def export_reference(self, model: str, stage: str, bucket: str) -> list[str]:
         """The reference npz an export reads, or nothing for stages that make their own examples."""
-        if not get_family(self.family_of(model)).stage(stage).uses_reference:
+        if not self.decl(model).stage(stage).uses_reference:
             return []
         return [str(artifacts.reference_path(model, bucket))]
 
+    def assets_code(self, model: str) -> list[str]:
+        return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
+
     def parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
+                          _PKG / "options.py"])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
@@ -117,19 +132,36 @@ class WorkflowConfig:
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
         gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))
-        return canonical(gate)
+        return canonical(asdict(Gate.make(**gate)))
+
+    def parity_arrays_all(self, model: str) -> list[str]:
+        return [self.parity_arrays(model, s, b) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def audio_output(self, model: str) -> dict:
+        """The stage output that is audio (plotted by the parity summary), from the declaration."""
+        decl = self.decl(model)
+        if decl.audio is None or decl.audio[0] not in self.stages(model):
+            return {}
+        return {"stage": decl.audio[0], "output": decl.audio[1], "sample_rate": decl.audio[2]}
 
     def parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.parity_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def convert_code(self) -> list[str]:
-        return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py"])
+        return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py",
+                          _PKG / "options.py"])
 
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py"])
 
     def bundles(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s)) for s in self.stages(model)]
+
+    def bundle_reports(self, model: str) -> list[str]:
+        return [str(artifacts.bundle_path(model, s).with_suffix(".json")) for s in self.stages(model)]
+
+    def example_inputs(self, model: str) -> list[str]:
+        return [f"{artifacts.export_base(model, s, b)}.inputs.npz" for s in self.stages(model) for b in self.buckets(model, s)]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.stages(model)]
@@ -167,9 +199,9 @@ class WorkflowConfig:
         return canonical(src)
 
     def convert_options(self, model: str, stage: str) -> dict:
-        st = self._stages(model)[stage]
-        opts = {k: st.get(k, v) for k, v in CONVERT_DEFAULTS.items()}
-        opts["fatal_lint"] = sorted(opts["fatal_lint"])
+        st = {k: v for k, v in self._stages(model)[stage].items() if k != "buckets"}
+        opts = asdict(ConvertOptions.make(**st))
+        opts["fatal_lint"] = list(opts["fatal_lint"])
         return canonical(opts)
 
     def stage_settings(self, model: str) -> dict:
@@ -179,9 +211,12 @@ class WorkflowConfig:
         src = self.weights_source(model)
         revision = src.get("revision") or (f"{src['preset']}-seed{src['seed']}" if src["source"] == "synthetic" else None)
         return {"model": model, "family": self.family_of(model), "source": src["source"],
-                "repo_id": src.get("repo_id"), "revision": revision}
+                "repo_id": src.get("repo_id"), "revision": revision, "licence": self.decl(model).licence}
+
+    def upstream_versions(self, model: str) -> dict:
+        """Versions of torch and the family's upstream packages: a rule param, so upgrading one reruns its jobs."""
+        return self.versions("torch", *self.decl(model).upstream)
 
     @staticmethod
     def versions(*names: str) -> dict:
-        v = tool_versions()
-        return {n: v.get(n) for n in names}
+        return {n: version_of(n) for n in names}

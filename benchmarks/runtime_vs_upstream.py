@@ -100,7 +100,7 @@ def main(argv=None) -> int:
 
     tts = load(args.model_dir, backend="torch")
     voice = args.voice or tts.default_voice
-    kmodel = load_kmodel(tts.artifacts.weights_dir)
+    kmodel = load_kmodel(tts.artifacts.model_dir / tts.artifacts.manifest["weights_dir"])
     clock = UpstreamStageClock(kmodel)
     texts = choose_prefixes(tts, PASSAGE.split(), voice, args.speed, args.lang, tuple(args.targets or TARGETS_S))
     log.info("texts: %s", [(t["target_s"], len(t["ids"]), t["frames"]) for t in texts])

@@ -24,13 +24,13 @@ rule bundle_parity:
     input:
         bundle="artifacts/{model}/bundles/{stage}.mlpackage",
         example_inputs=lambda w: [f"{WF.export_base(w.model, w.stage, b)}.inputs.npz" for b in WF.buckets(w.model, w.stage)],
+        export_reports=lambda w: [f"{WF.export_base(w.model, w.stage, b)}.export.json" for b in WF.buckets(w.model, w.stage)],
         reference_arrays=lambda w: [WF.parity_arrays(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)],
         code=WF.parity_code(),
     output:
         "artifacts/{model}/bundles/{stage}.parity.json",
     params:
-        family=lambda w: WF.family_of(w.model),
-        sizes=lambda w: {b: WF.bucket_size(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)},
+        buckets=lambda w: WF.buckets(w.model, w.stage),
         gate=lambda w: WF.parity_gate(w.model, w.stage),
     log:
         "artifacts/{model}/logs/bundle_parity/{stage}.log",

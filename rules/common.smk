@@ -6,7 +6,6 @@ sys.path.insert(0, workflow.basedir)  # use this checkout's anetts even if anoth
 from snakemake.utils import validate
 
 from anetts import artifacts
-from anetts.families import get_family
 from anetts.workflow import WorkflowConfig
 
 validate(config, "../schemas/config.schema.yaml")
@@ -16,7 +15,7 @@ WF = WorkflowConfig(config, root=workflow.basedir)
 wildcard_constraints:
     model="|".join(WF.model_names),
     stage="|".join(WF.stage_names),
-    bucket=r"t\d+|\d+s",
+    bucket=WF.bucket_regex,
 
 
 def manifest_file(model):

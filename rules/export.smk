@@ -15,7 +15,7 @@ rule export:
     params:
         size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
         family=lambda w: WF.family_of(w.model),
-        versions=WF.versions("torch", "kokoro", "transformers"),
+        versions=lambda w: WF.upstream_versions(w.model),
     log:
         "artifacts/{model}/logs/export/{stage}/{bucket}.log",
     benchmark:

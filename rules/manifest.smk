@@ -8,7 +8,10 @@ rule manifest:
         # a package is listed only once it passed its parity gate
         parity=lambda w: WF.parity_reports(w.model),
         bundles=lambda w: WF.bundles(w.model),
+        bundle_reports=lambda w: WF.bundle_reports(w.model),
         bundle_parity=lambda w: WF.bundle_parity_reports(w.model),
+        example_inputs=lambda w: WF.example_inputs(w.model),
+        assets="artifacts/{model}/assets",
     output:
         "artifacts/{model}/manifest.json",
     params:

@@ -14,8 +14,6 @@ rule parity:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
     params:
-        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
-        family=lambda w: WF.family_of(w.model),
         gate=lambda w: WF.parity_gate(w.model, w.stage),
         compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     log:
@@ -31,14 +29,16 @@ rule parity_summary:
     """Per-model parity summary: markdown table, JSON and plots (SNR per bucket, generator diff)."""
     input:
         reports=lambda w: WF.parity_reports(w.model),
+        arrays=lambda w: WF.parity_arrays_all(w.model),
         code=WF.summary_code(),
     output:
         markdown="artifacts/{model}/parity_summary.md",
         json="artifacts/{model}/parity_summary.json",
         snr_plot="artifacts/{model}/parity_snr.png",
-        generator_plot="artifacts/{model}/parity_generator.png",
+        waveform_plot="artifacts/{model}/parity_waveform.png",
     params:
         model=lambda w: w.model,
+        audio=lambda w: WF.audio_output(w.model),
     log:
         "artifacts/{model}/logs/parity_summary.log",
     script:

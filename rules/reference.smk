@@ -8,7 +8,7 @@ rule reference:
     params:
         size=lambda w: WF.reference_size(w.model, w.bucket),
         family=lambda w: WF.family_of(w.model),
-        versions=WF.versions("torch", "kokoro", "transformers"),
+        versions=lambda w: WF.upstream_versions(w.model),
     log:
         "artifacts/{model}/logs/reference/{bucket}.log",
     benchmark:

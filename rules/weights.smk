@@ -7,7 +7,7 @@ rule weights:
     params:
         family=lambda w: WF.family_of(w.model),
         source=lambda w: WF.weights_source(w.model),
-        versions=WF.versions("torch", "kokoro"),
+        versions=lambda w: WF.upstream_versions(w.model),
     log:
         "artifacts/{model}/logs/weights.log",
     benchmark:

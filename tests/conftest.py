@@ -22,7 +22,7 @@ def tiny_weights(tmp_path_factory) -> Path:
 def tiny_model(tiny_weights):
     from anetts.families import get_family
 
-    return get_family("kokoro").load_model(tiny_weights)
+    return get_family("kokoro").load_model(tiny_weights, None)
 
 
 @pytest.fixture(scope="session")

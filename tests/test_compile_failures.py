@@ -68,7 +68,7 @@ def test_failed_conversion_leaves_no_package(exported_duration, tmp_path, monkey
     pkg.mkdir()  # a stale package from an earlier build must not survive either
     with pytest.raises(ConversionError, match="duration/t32.*new_ones"):
         convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", pkg, report,
-                        ConvertOptions(), META)
+                        ConvertOptions.make(), META)
     assert not pkg.exists() and not report.exists()
 
 
@@ -80,11 +80,11 @@ def test_save_failure_half_way_leaves_no_package(exported_duration, tmp_path, mo
     pkg, report = tmp_path / "t32.mlpackage", tmp_path / "t32.json"
     with pytest.raises(ConversionError):
         convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", pkg, report,
-                        ConvertOptions(), META)
+                        ConvertOptions.make(), META)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_unknown_deployment_target_is_an_error(exported_duration, tmp_path):
     with pytest.raises(ConversionError, match="deployment target 'macOS9'"):
         convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", tmp_path / "p.mlpackage",
-                        tmp_path / "p.json", ConvertOptions(deployment_target="macOS9"), META)
+                        tmp_path / "p.json", ConvertOptions.make(deployment_target="macOS9"), META)

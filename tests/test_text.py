@@ -1,4 +1,4 @@
-"""Offline text frontend (anetts.text): espeak G2P, tokenization, chunking."""
+"""Offline text frontend (anetts.models.kokoro.text): espeak G2P, tokenization, chunking."""
 
 import logging
 import re
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from anetts import text as T
+from anetts.models.kokoro import text as T
 
-CONFIG = Path("/work/shared/reference/kokoro-82m/config.json")
+CONFIG = Path(__file__).resolve().parents[1] / "anetts" / "models" / "kokoro" / "data" / "kokoro-82m.config.json"
 
 PARAGRAPH = (
     "The quick brown fox jumps over the lazy dog. It was 3:45 p.m., and the sun — low and "
@@ -19,9 +19,7 @@ PARAGRAPH = (
 
 @pytest.fixture(scope="module")
 def vocab():
-    if CONFIG.exists():
-        return T.load_vocab(CONFIG)
-    pytest.skip(f"{CONFIG} not available")
+    return T.load_vocab(CONFIG)
 
 
 def _squash(s: str) -> str:
@@ -31,14 +29,14 @@ def _squash(s: str) -> str:
 def test_phonemize_offline_gives_known_symbols(vocab, caplog):
     ps = T.phonemize("Hello world! How are you today?")
     assert "həlˈO" in ps and "\n" not in ps
-    with caplog.at_level(logging.WARNING, logger="anetts.text"):
+    with caplog.at_level(logging.WARNING, logger="anetts.models.kokoro.text"):
         ids, dropped = T.tokenize(T.phonemize(PARAGRAPH), vocab)
-    assert dropped == [] and not [r for r in caplog.records if r.name == "anetts.text"]
+    assert dropped == [] and not [r for r in caplog.records if r.name == "anetts.models.kokoro.text"]
     assert len(ids) > 100 and all(0 < i < 178 for i in ids)  # unwrapped: no 0 pad ids
 
 
 def test_tokenize_drops_unknown_symbols_with_warning(vocab, caplog):
-    with caplog.at_level(logging.WARNING, logger="anetts.text"):
+    with caplog.at_level(logging.WARNING, logger="anetts.models.kokoro.text"):
         ids, dropped = T.tokenize("həl\nˈO#", vocab)
     assert dropped == ["\n", "#"]
     assert ids == [vocab[c] for c in "həlˈO"]

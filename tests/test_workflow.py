@@ -48,7 +48,7 @@ def test_parity_summary_is_written(built_workflow):
     summary = json.loads((model_dir / "parity_summary.json").read_text())
     assert summary["all_passed"] and len(summary["buckets"]) == 4
     assert "| generator | 3s |" in (model_dir / "parity_summary.md").read_text()
-    for png in ("parity_snr.png", "parity_generator.png"):
+    for png in ("parity_snr.png", "parity_waveform.png"):
         assert (model_dir / png).stat().st_size > 10_000
 
 
@@ -61,6 +61,12 @@ def test_bundles_and_inspect_reports(built_workflow):
     info = json.loads((model_dir / "inspect" / "decoder_pre" / "3s.json").read_text())
     ops = info["functions"]["main"]["ops"]
     assert "linear" not in ops and ops["conv"] > 0  # decoder_pre is configured for the conv2d rewrite
+    for stage, bucket in (("generator", "3s"), ("duration", "t32"), ("f0ntrain", "3s")):
+        # the default conv1d rewrite leaves no linear op in any stage (the conversion fails otherwise)
+        report = json.loads((model_dir / "packages" / stage / f"{bucket}.json").read_text())
+        assert report["linear_rewrite"]["variant"] == "auto" and report["linear_rewrite"]["rewritten"] > 0
+        assert "linear" not in json.loads((model_dir / "inspect" / stage / f"{bucket}.json").read_text()
+                                          )["functions"]["main"]["ops"], stage
     assert {f["rule"] for f in json.loads((model_dir / "inspect" / "duration" / "t32.json").read_text())["lint"]} \
         >= {"ane_unfriendly_ops"}  # LSTMs are flagged
 
@@ -68,15 +74,23 @@ def test_bundles_and_inspect_reports(built_workflow):
 def test_package_metadata_and_precision(built_workflow):
     import coremltools as ct
 
-    pkg = built_workflow / "artifacts" / MODEL / "packages" / "decoder_pre" / "3s.mlpackage"
-    spec = ct.utils.load_spec(str(pkg))
+    pkgs = built_workflow / "artifacts" / MODEL / "packages"
+    spec = ct.utils.load_spec(str(pkgs / "decoder_pre" / "3s.mlpackage"))
     meta = dict(spec.description.metadata.userDefined)
     assert meta["anetts.stage"] == "decoder_pre" and meta["anetts.bucket"] == "3s"
     assert json.loads(meta["anetts.geometry"])["frames"] == 120
-    assert spec.description.input[0].shortDescription  # input descriptions are set
-    report = json.loads((pkg.parent / "3s.json").read_text())
-    assert "linear" in report["ops"]["main"] or "conv" in report["ops"]["main"]
+    assert all(i.shortDescription for i in spec.description.input)
+    assert spec.description.metadata.license.startswith("Apache-2.0")
+    report = json.loads((pkgs / "decoder_pre" / "3s.json").read_text())
     assert report["provenance"]["versions"]["coremltools"]
+    # the configured precision is what the program computes and stores: decoder_pre fp16, duration fp32
+    fp16 = json.loads((built_workflow / "artifacts" / MODEL / "inspect" / "decoder_pre" / "3s.json").read_text())
+    fp32 = json.loads((built_workflow / "artifacts" / MODEL / "inspect" / "duration" / "t32.json").read_text())
+    assert meta["anetts.precision"] == report["precision"] == "fp16"
+    assert fp16["functions"]["main"]["fp16_program"] is True
+    assert set(fp16["functions"]["main"]["weight_dtypes"]) == {"float16"}
+    assert fp32["functions"]["main"]["fp16_program"] is False
+    assert "float16" not in fp32["functions"]["main"]["weight_dtypes"]
 
 
 def test_noop_rebuild_has_nothing_to_do(built_workflow):
@@ -105,6 +119,44 @@ def test_editing_shared_masking_reruns_every_stage(built_workflow):
     assert jobs["export"] == 4 and jobs["convert"] == 4 and jobs["bundle"] == 4
 
 
+def test_editing_synthetic_weights_code_leaves_real_weights_alone(built_workflow):
+    # the session build uses `source: local` weights: synthetic-only code is not its input
+    synthetic = built_workflow / "anetts" / "models" / "kokoro" / "synthetic.py"
+    original = synthetic.read_text()
+    try:
+        synthetic.write_text(original + "\n# edit\n")
+        jobs = planned_jobs(built_workflow)
+    finally:
+        synthetic.write_text(original)
+    assert jobs == {}
+
+
+def test_verify_finds_a_corrupted_package_and_repair_makes_it_rebuild(built_workflow, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    work = tmp_path / "wf"
+    shutil.copytree(built_workflow, work, symlinks=True)  # keeps mtimes: the copy is up to date too
+    model_dir = work / "artifacts" / MODEL
+    weight = model_dir / "packages" / "f0ntrain" / "3s.mlpackage" / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
+    data = bytearray(weight.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weight.write_bytes(data)
+    assert planned_jobs(work) == {}  # what Snakemake alone sees
+
+    def verify(*args):
+        return subprocess.run([sys.executable, "-m", "anetts.cli", "verify", str(model_dir), *args],
+                              capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(work)})
+
+    checked = verify()
+    assert checked.returncode == 1 and "packages/f0ntrain/3s.mlpackage" in checked.stderr
+    repaired = verify("--repair")
+    assert repaired.returncode == 1 and not (model_dir / "manifest.json").exists()
+    jobs = planned_jobs(work)
+    assert jobs["convert"] == 1 and jobs["manifest"] == 1 and "export" not in jobs
+
+
 def test_changing_one_bucket_list_builds_only_the_new_bucket(built_workflow):
     cfg = small_config(None)
     cfg["models"] = yaml.safe_load((built_workflow / "config.yaml").read_text())["models"]
@@ -120,6 +172,7 @@ def test_changing_one_bucket_list_builds_only_the_new_bucket(built_workflow):
     (lambda c: c["models"]["kokoro-tiny"]["weights"].update(seed=-1), "seed"),
     (lambda c: c.update(model="no-such-model"), "model"),
     (lambda c: c["families"]["kokoro"]["stages"].update(vocoder={"buckets": [3]}), "vocoder"),
+    (lambda c: c["parity"].setdefault("stages", {}).update(genrator={"min_snr_db": 30}), "parity.stages.genrator"),
 ])
 def test_bad_config_fails_naming_the_key(tmp_path, edit, key):
     cfg = small_config()

@@ -7,5 +7,5 @@ log = setup(snakemake)
 from anetts.compile.convert import ConvertOptions, convert_package
 
 convert_package(snakemake.input.torchscript, snakemake.input.export_report, snakemake.output.package,
-                snakemake.output.report, ConvertOptions(**{**snakemake.params.options, "fatal_lint": tuple(snakemake.params.options["fatal_lint"])}), dict(snakemake.params.model_meta),
+                snakemake.output.report, ConvertOptions.make(**snakemake.params.options), dict(snakemake.params.model_meta),
                 out_inspect=snakemake.output.inspect)

@@ -4,11 +4,9 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake)
-from anetts.families import get_family
 from anetts.verify.parity import Gate, check_parity, run_parity
 
 inp = snakemake.input
-report = run_parity(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size,
-                    inp.package, inp.example_inputs, inp.export_outputs, inp.export_report, Gate(**snakemake.params.gate),
+report = run_parity(inp.package, inp.example_inputs, inp.export_outputs, inp.export_report, Gate.make(**snakemake.params.gate),
                     compute_units=snakemake.params.compute_units)
 check_parity(report, snakemake.output.report, snakemake.output.arrays)

@@ -7,4 +7,5 @@ log = setup(snakemake)
 from anetts.verify.summary import write_summary
 
 out = snakemake.output
-write_summary(snakemake.params.model, snakemake.input.reports, out.markdown, out.json, out.snr_plot, out.generator_plot)
+write_summary(snakemake.params.model, snakemake.input.reports, snakemake.input.arrays, dict(snakemake.params.audio),
+              out.markdown, out.json, out.snr_plot, out.waveform_plot)

@@ -13,7 +13,7 @@ weight file, and re-serialises.  Notes from coremltools 9.0's source, checked he
   author/license/version and descriptions would be lost; :func:`bundle_packages` writes them
   back (values common to all sources, plus ``anetts.functions`` / ``anetts.default_function``);
 * dedup needs byte-identical consts.  Buckets converted from the same weights give identical
-  fp16 weights; compressed (palettized) buckets usually do not (coreml-and-ane.md §4), which
+  fp16 weights; compressed (palettized) buckets usually do not (docs/ane-notes.md §7), which
   shows up as ``weight_bytes_fp16`` (content-unique over all sources) >
   ``largest_function_weight_bytes_fp16`` and ``weights_shared: false``.  Bucket-shaped folded
   consts (e.g. ALBERT's position/token-type embedding slices [1, T, 128]) are legitimately

@@ -1,9 +1,14 @@
 """Convert one exported stage/bucket (TorchScript) into an ML Program .mlpackage.
 
 mlprogram, fp16 compute, fp32/int32 I/O (a TensorType without dtype becomes fp16 I/O at
-macOS14+, coreml-and-ane.md §1), per-stage deployment target, descriptions and metadata.
+macOS14+, docs/ane-notes.md §1), per-stage deployment target, descriptions and metadata.
 The package is written to a temporary path, re-read and checked, then moved into place, so a
 conversion that fails half-way leaves no package behind.
+
+A function may declare states (`FunctionSpec.states`, fp16 buffers such as a KV cache): each is
+a `register_buffer` of the traced module with the same name, updated in place by the forward;
+coremltools turns it into a `ct.StateType` (read_state / slice_update / write_state in MIL).
+States need macOS15 / iOS18 (specification 9).
 """
 from __future__ import annotations
 
@@ -11,35 +16,25 @@ import json
 import logging
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.inspect import apply_lint_policy, inspect_package
 from anetts.compile.rewrite import LinearRewrite
+from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
-from anetts.stage import DTYPES, BucketSpec
+from anetts.stage import DTYPES, BucketSpec, FunctionSpec, StateSpec
 
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp16", "fp32")
-LICENSE = {"kokoro": "Apache-2.0 (Kokoro-82M weights by hexgrad)"}
+STATE_MIN_TARGET = "macOS15"  # first target with ct.StateType (iOS18, specification 9)
 
 
 class ConversionError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    deployment_target: str = "macOS13"  # a coremltools.target name
-    precision: str = "fp16"
-    compute_units: str = "CPU_AND_GPU"  # a hint recorded in metadata; CoreML picks units at load time
-    linear_rewrite: str = "none"  # none | conv1d | conv2d (anetts.compile.rewrite)
-    fatal_lint: tuple[str, ...] = ()  # lint rules (anetts.compile.inspect) that fail the conversion
 
 
 def _ct():
@@ -63,9 +58,35 @@ def package_io(package: Path) -> dict:
                         "dtype": dtype_names.get(arr.dataType, str(arr.dataType))})
         return out
 
-    return {"inputs": describe(spec.description.input), "outputs": describe(spec.description.output),
-            "functions": [f.name for f in spec.description.functions] or ["main"],
-            "specification_version": spec.specificationVersion}
+    io = {"inputs": describe(spec.description.input), "outputs": describe(spec.description.output),
+          "functions": [f.name for f in spec.description.functions] or ["main"],
+          "specification_version": spec.specificationVersion}
+    if len(spec.description.state):  # only stateful packages carry the key
+        io["states"] = [{"name": f.name, "shape": [int(d) for d in f.type.stateType.arrayType.shape],
+                         "dtype": dtype_names.get(f.type.stateType.arrayType.dataType,
+                                                  str(f.type.stateType.arrayType.dataType))}
+                        for f in spec.description.state]
+    return io
+
+
+def state_types(states, deployment_target: str, where: str) -> list:
+    """`ct.StateType`s for `states`; a ConversionError naming `where` if the target predates states."""
+    if not states:
+        return []
+    ct = _ct()
+    try:
+        target = getattr(ct.target, deployment_target)
+    except AttributeError:
+        raise ConversionError(f"{where}: unknown deployment target {deployment_target!r}") from None
+    if target < getattr(ct.target, STATE_MIN_TARGET):
+        raise ConversionError(f"{where}: states {[t.name for t in states]} need deployment_target "
+                              f"{STATE_MIN_TARGET} (iOS18) or later, got {deployment_target}")
+    out = []
+    for t in states:
+        if not isinstance(t, StateSpec):
+            raise ConversionError(f"{where}: state {t.name} must be a StateSpec (fp16), got {type(t).__name__}")
+        out.append(ct.StateType(wrapped_type=ct.TensorType(shape=t.shape, dtype=t.np_dtype), name=t.name))
+    return out
 
 
 def convert_package(torchscript: Path, export_json: Path, out_package: Path, out_report: Path,
@@ -75,13 +96,31 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
     `out_inspect`: also write the package's inspect JSON (`anetts inspect --json`); the walk is
     needed here anyway for the lint, and a separate job per package would re-import coremltools.
     """
+    clear_outputs(out_package, out_report, *((out_inspect,) if out_inspect is not None else ()))
+    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
+    spec = BucketSpec.from_json(export["spec"])
+    function = FunctionSpec(spec.bucket, spec.inputs, spec.outputs)
+    return convert_function(torchscript, function, out_package, out_report, options, model_meta,
+                            stage=spec.stage, geometry=spec.geometry, out_inspect=out_inspect)
+
+
+def convert_function(torchscript: Path, function: FunctionSpec, out_package: Path, out_report: Path,
+                     options: ConvertOptions, model_meta: dict, stage: str, geometry: dict | None = None,
+                     out_inspect: Path | None = None) -> dict:
+    """Convert one traced function (with its states, if any) into a single-function package.
+
+    `convert_package` is this for an export job's bucket; stateful functions (`prefill`,
+    `decode`) are converted one by one and merged with `anetts.compile.bundle.bundle_packages`,
+    which keeps their shared states and weights.  The report's `bucket` is the function name.
+    """
     outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
     clear_outputs(*outs)
     ct = _ct()
     import torch
 
-    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
-    spec = BucketSpec.from_json(export["spec"])
+    spec = BucketSpec(stage, function.name, 0, dict(geometry or {}), function.inputs, function.outputs)
+    where = f"{spec.stage}/{spec.bucket}"
+    states = state_types(function.states, options.deployment_target, where)
     if options.precision not in PRECISIONS:
         raise ConversionError(f"unknown precision {options.precision!r}; choose one of {PRECISIONS}")
     try:
@@ -100,7 +139,7 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
             warnings.simplefilter("ignore")
             mlmodel = ct.convert(traced, inputs=inputs, outputs=outputs, convert_to="mlprogram",
                                  compute_precision=precision, minimum_deployment_target=target,
-                                 pass_pipeline=rewrite.pass_pipeline())
+                                 pass_pipeline=rewrite.pass_pipeline(), **({"states": states} if states else {}))
     except Exception as e:
         raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
     rewrite.check(mlmodel)  # a rewrite that matched nothing, or left a linear behind, is an error
@@ -108,7 +147,7 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
 
     mlmodel.short_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
     mlmodel.author = "ane-tts"
-    mlmodel.license = LICENSE.get(model_meta.get("family"), "see the model card")
+    mlmodel.license = model_meta.get("licence") or "see the model card"
     mlmodel.version = __version__
     for t in spec.inputs:
         mlmodel.input_description[t.name] = t.description
@@ -134,6 +173,7 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
         mlmodel.save(str(tmp_pkg))
         io = package_io(tmp_pkg)
         _check_io(spec, io, tmp_pkg)
+        _check_states(function, io, tmp_pkg)
         info = inspect_package(tmp_pkg)
         lint = info["lint"]
         apply_lint_policy(lint, options.fatal_lint)
@@ -171,6 +211,13 @@ def _check_io(spec: BucketSpec, io: dict, package: Path) -> None:
         raise ConversionError(f"{package}: inputs {got_in} do not match the export spec {want_in}")
     if got_out != want_out:
         raise ConversionError(f"{package}: outputs {got_out} do not match the export spec {want_out}")
+
+
+def _check_states(function: FunctionSpec, io: dict, package: Path) -> None:
+    want = {t.name: (list(t.shape), t.dtype) for t in function.states}
+    got = {t["name"]: (t["shape"], t["dtype"]) for t in io.get("states", [])}
+    if got != want:
+        raise ConversionError(f"{package}: states {got} do not match the function's {want}")
 
 
 def op_histogram(package: Path) -> dict[str, dict[str, int]]:

@@ -34,59 +34,59 @@ RULES = {
                   "(apple/coremltools#2370), 'MLE5Engine is not currently supported for models with "
                   "range shape inputs' (#1029), the ANE planner rejects FlexibleShapeInfo, and an "
                   "EnumeratedShapes duration package took 390 ms vs 13-51 ms fixed.",
-        "source": "coreml-and-ane.md §2 (Static shapes); kokoro.md §10 (Shapes); apple/coremltools#2370, #1029",
+        "source": "docs/ane-notes.md §2; docs/ane-notes.md §3; apple/coremltools#2370, #1029",
     },
     "rank_gt_5": {
         "severity": "warn",
         "reason": "The ANE supports tensors of rank <= 5; higher-rank ops fall back to GPU/CPU "
                   "(coremltools itself rejects rank > 5 at conversion, so this only fires on hand-built "
                   "or edited programs).",
-        "source": "apple/ml-ane-transformers; coreml-and-ane.md §2 (Limits)",
+        "source": "apple/ml-ane-transformers; docs/ane-notes.md §2",
     },
     "fp32_compute": {
         "severity": "warn",
         "reason": "The ANE computes in fp16/int8/int16 only; fp32 ops in an fp16 program fall back "
                   "to GPU/CPU and split the graph into extra segments.",
-        "source": "coreml-and-ane.md §2 (Limits); apple/ml-ane-transformers",
+        "source": "docs/ane-notes.md §2; apple/ml-ane-transformers",
     },
     "ane_unfriendly_ops": {
         "severity": "warn",
         "reason": "Op types reported to leave the ANE or to break the ANE compiler (heuristic; "
                   "prove placement with a compute plan on a Mac).",
-        "source": "kokoro.md §10 (Placement, fp16); coreml-and-ane.md §2 (Hygiene, Practical)",
+        "source": "docs/ane-notes.md §3; docs/ane-notes.md §2",
     },
     "long_last_axis": {
         "severity": "warn",
         "reason": "ANE tensor width limit: 'Tensor width goes beyond limit supported (16390 > 16384)'; "
                   "ops on such tensors do not compile for the ANE.",
-        "source": "coreml-and-ane.md §2 (Limits: width <= 16384); kokoro.md §10 (Shapes)",
+        "source": "docs/ane-notes.md §2; docs/ane-notes.md §3",
     },
     "dynamic_gather": {
         "severity": "warn",
         "reason": "Gathers with runtime indices stay on the CPU, forcing a device round trip.",
-        "source": "coreml-and-ane.md §2 (Practical: gathers stay on the CPU)",
+        "source": "docs/ane-notes.md §2",
     },
 }
 
 # op type -> (severity, why, source).  A heuristic list, see RULES["ane_unfriendly_ops"].
 UNFRIENDLY_OPS = {
-    "lstm": ("warn", "recurrent op; LSTMs land on the CPU", "kokoro.md §10 (Placement)"),
-    "gru": ("warn", "recurrent op; runs on the CPU like lstm", "kokoro.md §10 (Placement), by analogy"),
-    "rnn": ("warn", "recurrent op; runs on the CPU like lstm", "kokoro.md §10 (Placement), by analogy"),
+    "lstm": ("warn", "recurrent op; LSTMs land on the CPU", "docs/ane-notes.md §3"),
+    "gru": ("warn", "recurrent op; runs on the CPU like lstm", "docs/ane-notes.md §3, by analogy"),
+    "rnn": ("warn", "recurrent op; runs on the CPU like lstm", "docs/ane-notes.md §3, by analogy"),
     "sin": ("warn", "named among the causes of 'MILCompilerForANE error: failed to compile ANE model' "
-                    "for the Kokoro generator; its fp16 tail needs fp32", "kokoro.md §10 (Placement, fp16)"),
-    "cos": ("warn", "same family as sin (phase tails need fp32)", "kokoro.md §10 (fp16), by analogy"),
+                    "for the Kokoro generator; its fp16 tail needs fp32", "docs/ane-notes.md §3"),
+    "cos": ("warn", "same family as sin (phase tails need fp32)", "docs/ane-notes.md §3, by analogy"),
     "exp": ("info", "fp16 overflow hazard: exp(11.1) already exceeds 65504; the ANE falls back silently",
-            "kokoro.md §10 (fp16)"),
+            "docs/ane-notes.md §3"),
     "while_loop": ("warn", "control flow is not ANE work", "heuristic"),
     "cond": ("warn", "control flow is not ANE work", "heuristic"),
-    "non_zero": ("warn", "data-dependent output shape", "heuristic; coreml-and-ane.md §2 (Static shapes)"),
-    "random_uniform": ("warn", "random ops are CPU-only (move noise sources to the host)", "coreml-and-ane.md §1"),
-    "random_normal": ("warn", "random ops are CPU-only (move noise sources to the host)", "coreml-and-ane.md §1"),
-    "random_bernoulli": ("warn", "random ops are CPU-only", "coreml-and-ane.md §1"),
-    "random_categorical": ("warn", "random ops are CPU-only", "coreml-and-ane.md §1"),
+    "non_zero": ("warn", "data-dependent output shape", "heuristic; docs/ane-notes.md §2"),
+    "random_uniform": ("warn", "random ops are CPU-only (move noise sources to the host)", "docs/ane-notes.md §1"),
+    "random_normal": ("warn", "random ops are CPU-only (move noise sources to the host)", "docs/ane-notes.md §1"),
+    "random_bernoulli": ("warn", "random ops are CPU-only", "docs/ane-notes.md §1"),
+    "random_categorical": ("warn", "random ops are CPU-only", "docs/ane-notes.md §1"),
     "scaled_dot_product_attention": ("info", "no fused SDPA on the ANE; per-head einsum is the ANE form",
-                                     "coreml-and-ane.md §2 (Attention)"),
+                                     "docs/ane-notes.md §2"),
 }
 # conv_transpose is flagged only with a stride > 2 (the Kokoro generator's x10/x6 upsampling)
 LARGE_STRIDE = 2
@@ -433,7 +433,7 @@ def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
             reason="conv_transpose upsampling (x10/x6 in the Kokoro generator) is named among the causes of "
                    "'MILCompilerForANE error: failed to compile ANE model'; keep strides small, in factors of 2 "
                    "or 3 (heuristic)",
-            source="kokoro.md §10 (Placement); coreml-and-ane.md §2 (Hygiene)", op_type="conv_transpose"))
+            source="docs/ane-notes.md §3; docs/ane-notes.md §2", op_type="conv_transpose"))
     if wide:
         findings.append(_finding("long_last_axis", len(wide),
                                  f"{len(wide)} tensor(s) with last axis > {WIDTH_LIMIT} (widest {max_width}): {wide[:4]}",

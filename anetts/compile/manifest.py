@@ -12,7 +12,7 @@ from anetts.artifacts import atomic_outputs, tree_sha256, write_json
 from anetts.families import get_family
 from anetts.provenance import provenance
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: runtime assets listed
 
 
 def _parity_verdict(path: Path, rel) -> dict:
@@ -21,8 +21,15 @@ def _parity_verdict(path: Path, rel) -> dict:
             **{f"{name}_min_snr_db": b.get("min_snr_db") for name, b in r["backends"].items() if "passed" in b}}
 
 
+def _assets(assets_dir: Path, rel) -> list[dict]:
+    files = sorted(p for p in Path(assets_dir).rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
+    return [{"name": f.relative_to(assets_dir).as_posix(), "path": rel(f), "sha256": tree_sha256(f),
+             "bytes": f.stat().st_size} for f in files]
+
+
 def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list, parity: list,
-                   model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = ()) -> dict:
+                   model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = (),
+                   assets_dir: Path | None = None) -> dict:
     out = Path(out)
     model_dir = out.parent.resolve()
     family = get_family(model_meta["family"])
@@ -77,6 +84,8 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
         "stages": stages,
         "packages": entries,
         "bundles": bundle_entries,
+        # every file the runtime reads besides packages, so a model directory is all it needs
+        "assets": _assets(assets_dir, rel) if assets_dir is not None else [],
         "provenance": provenance(),
     }
     with atomic_outputs(out) as (tmp,):

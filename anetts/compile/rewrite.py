@@ -1,6 +1,6 @@
 """Linear → Conv rewrite as a MIL graph pass that runs inside ``ct.convert``.
 
-Why a MIL pass and not a torch-side module swap (kokoro.md §8 did it with a load-state-dict
+Why a MIL pass and not a torch-side module swap (an earlier port did it with a load-state-dict
 pre-hook):
 
 * the torch model and the upstream checkpoints stay untouched, so parity tests against
@@ -44,7 +44,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-LINEAR_VARIANTS = ("none", "conv1d", "conv2d")
+LINEAR_VARIANTS = ("none", "auto", "conv1d", "conv2d")
+# `auto` (the default of every stage): conv1d wherever the program has linear ops, and no error for a
+# program without any; an explicit conv1d/conv2d that matches nothing is a configuration error.
+AUTO_VARIANT = "conv1d"
 PASS_NAME = "anetts::linear_to_conv"
 INSERT_AFTER = "common::compose_conv1d"
 
@@ -245,7 +248,8 @@ def make_pass_pipeline(variant: str, stats: RewriteStats | None = None):
     passes = list(pipeline.passes)
     at = passes.index(INSERT_AFTER) + 1
     pipeline.insert_pass(at, name)
-    pipeline.set_options(name, {"variant": variant, "stats": stats if stats is not None else RewriteStats()})
+    pipeline.set_options(name, {"variant": AUTO_VARIANT if variant == "auto" else variant,
+                                "stats": stats if stats is not None else RewriteStats()})
     return pipeline
 
 
@@ -275,11 +279,16 @@ class LinearRewrite:
         if self.variant == "none":
             return
         where = f" in {self.where}" if self.where else ""
-        if self.stats.rewritten == 0:
+        if self.stats.rewritten == 0 and self.variant == "auto":
+            self.remaining = count_linear(mlmodel_or_package)
+            if not self.remaining:
+                return  # a program without linear ops: nothing to rewrite
+        elif self.stats.rewritten == 0:
             extra = f" ({len(self.stats.skipped)} skipped: {self.stats.skipped[:3]})" if self.stats.skipped else ""
             raise RewriteError(f"linear rewrite {self.variant!r} matched no linear op{where}{extra}; "
                                f"set the variant to 'none' for this stage or fix the graph")
-        self.remaining = count_linear(mlmodel_or_package)
+        else:
+            self.remaining = count_linear(mlmodel_or_package)
         if self.remaining:
             raise RewriteError(f"{self.remaining} linear op(s) survived the {self.variant!r} rewrite{where}: "
                                f"{self.stats.skipped[:5]}")
@@ -315,7 +324,7 @@ def count_linear(mlmodel_or_package) -> int:
 def check_rewrite(variant: str, rewritten: int, where: str) -> None:
     """The 'matches nothing is an error' rule on its own (for callers counting themselves)."""
     _check_variant(variant)
-    if variant != "none" and rewritten == 0:
+    if variant not in ("none", "auto") and rewritten == 0:
         raise RewriteError(f"linear rewrite {variant!r} matched no linear op in {where}")
 
 

@@ -5,7 +5,7 @@ Outputs (written atomically, nothing is left behind on failure):
     <bucket>.inputs.npz    the example inputs it was traced with
     <bucket>.outputs.npz   eager wrapper outputs (`eager/<name>`, parity's fp32 reference) and the
                            traced module's (`traced/<name>`), so parity runs neither again
-    <bucket>.export.json   bucket spec, trace-vs-eager errors, timings, provenance
+    <bucket>.export.json   bucket spec, valid regions, trace-vs-eager errors, timings, provenance
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def load_reference(path: Path | None) -> dict | None:
 def write_reference(family: Family, size: int, weights_dir: Path, out: Path) -> dict:
     """The family's shared example run for one bucket size, as an .npz of named arrays."""
     t0 = time.perf_counter()
-    ref = family.make_reference(family.load_model(weights_dir), Path(weights_dir), size)
+    ref = family.make_reference(family.load_model(weights_dir, None), Path(weights_dir), size)
     with atomic_outputs(out) as (tmp,):
         with open(tmp, "wb") as f:
             np.savez(f, **ref)
@@ -59,7 +59,7 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
     stage = family.stage(stage_name)
     spec: BucketSpec = stage.spec(size)
     t0 = time.perf_counter()
-    model = model if model is not None else family.load_model(weights_dir)
+    model = model if model is not None else family.load_model(weights_dir, stage_name)
     wrapper = stage.build(model)
     inputs = stage.example_inputs(model, Path(weights_dir), size, load_reference(reference))
     for t in spec.inputs:
@@ -86,8 +86,13 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
         errors[t.name] = {"max_abs": max_abs, "ref_absmax": scale}
         if not np.isfinite(max_abs) or max_abs > TRACE_REL_TOL * scale:
             raise ExportError(f"{stage_name}/{spec.bucket}: traced output {t.name} differs from eager by {max_abs:.3g}")
+    regions = stage.valid_regions(inputs)
     report = {
         "spec": spec.to_json(),
+        # per output: [axis, valid length] implied by the example's masks (None: all valid), so
+        # parity scores the valid region without importing the family
+        "valid_regions": {t.name: (list(regions[t.name]) if regions.get(t.name) is not None else None)
+                          for t in spec.outputs},
         "trace_vs_eager": errors,
         # eager_forward: one (first) call of the eager wrapper, the baseline of parity's time ratios
         "seconds": {"prepare": round(t1 - t0, 3), "trace": round(t2 - t1, 3),

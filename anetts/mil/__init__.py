@@ -5,6 +5,8 @@ Usage::
     from anetts.mil import load_program
     prog = load_program("model.mlpackage")
     outputs = prog.run({"x": x})          # dict name -> numpy array (declared dtypes)
+    state = prog.make_state("decode")    # stateful functions: zero-filled fp16 states
+    prog.run(inputs, "decode", state=state)  # reads and updates state
 
 See :mod:`anetts.mil.program` for the precision policy and :mod:`anetts.mil.cli` for
 the ``run-mil`` command.
@@ -12,6 +14,7 @@ the ``run-mil`` command.
 from .errors import MilError, MilInputError, MilLoadError, MilRuntimeError, UnsupportedOpError
 from .program import InputSpec, MilProgram, load_program, program_from_spec
 from .registry import supported_ops
+from .state import MilState, MilStateSpec
 
 __all__ = [
     "InputSpec",
@@ -20,6 +23,8 @@ __all__ = [
     "MilLoadError",
     "MilProgram",
     "MilRuntimeError",
+    "MilState",
+    "MilStateSpec",
     "UnsupportedOpError",
     "load_program",
     "program_from_spec",

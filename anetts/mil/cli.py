@@ -62,6 +62,8 @@ def _describe(prog, function: str | None) -> None:
             print(f"  input  {s.name}: {s.mil_dtype} [{shape}]")
         for n, dt in prog.output_dtypes(name).items():
             print(f"  output {n}: {dt}")
+        for st in prog.state_specs(name):
+            print(f"  state  {st.name}: {st.mil_dtype} [{'x'.join(str(d) for d in st.shape)}]")
         ops = prog.op_types(name)
         print(f"  {sum(ops.values())} ops: " + ", ".join(f"{k}={v}" for k, v in ops.items()))
 
@@ -81,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         with np.load(args.inputs, allow_pickle=False) as npz:
             inputs = {k: npz[k] for k in npz.files}
+        # a stateful function runs once from zero-filled states (Core ML's makeState());
+        # sequences of calls with a carried state are anetts.verify.scenario's job
+        stateful = bool(prog.state_specs(args.function))
         t0 = time.perf_counter()
-        outputs = prog.run(inputs, args.function)
+        outputs = prog.run(inputs, args.function, state=prog.make_state(args.function) if stateful else None)
         elapsed = time.perf_counter() - t0
     except MilError as exc:
         print(f"run-mil: {exc}", file=sys.stderr)
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         times = []
         for _ in range(args.time):
             t0 = time.perf_counter()
-            prog.run(inputs, args.function)
+            prog.run(inputs, args.function, state=prog.make_state(args.function) if stateful else None)
             times.append(time.perf_counter() - t0)
         print(f"  time over {args.time} runs: min {min(times) * 1000:.1f} ms, median {np.median(times) * 1000:.1f} ms")
     if args.output:

@@ -25,6 +25,7 @@ from .dtypes import FLOAT_NAMES, NUMPY_DTYPES, TORCH_DTYPES, to_numpy
 from .errors import MilError, MilInputError, MilLoadError, MilRuntimeError, UnsupportedOpError
 from .registry import Fixed, Kernel, Node, Unsupported, builder_for
 from .spec import BlockIR, FunctionIR, ValueType, load_spec, package_paths, parse_program
+from .state import MilState, MilStateSpec
 
 _ENV, _VAL, _LIST = 0, 1, 2
 
@@ -55,10 +56,12 @@ class _Step:
 
 
 class _Function:
-    def __init__(self, ir: FunctionIR, steps: list[_Step], inputs: list[InputSpec]):
+    def __init__(self, ir: FunctionIR, steps: list[_Step], inputs: list[InputSpec],
+                 states: list[MilStateSpec] | None = None):
         self.ir = ir
         self.steps = steps
         self.inputs = inputs
+        self.states = states or []
         self.output_names = list(ir.block.outputs)
         self.output_types = [ir.var_types.get(n) for n in self.output_names]
 
@@ -97,6 +100,20 @@ class MilProgram:
     def output_names(self, function_name: str | None = None) -> list[str]:
         return list(self._fn(function_name).output_names)
 
+    def state_specs(self, function_name: str | None = None) -> list[MilStateSpec]:
+        """The function's state inputs (empty for a stateless function)."""
+        return list(self._fn(function_name).states)
+
+    def make_state(self, function_name: str | None = None) -> MilState:
+        """Zero-filled states for the function, as Core ML's ``makeState()`` allocates them.
+
+        Pass it to :meth:`run` as ``state=``; every call updates it in place.  Functions of one
+        package that declare the same states (``prefill`` / ``decode``) accept the same state."""
+        f = self._fn(function_name)
+        if not f.states:
+            raise MilInputError(f"{self.package} [{f.ir.name}]: the function has no states")
+        return MilState(f.states)
+
     def output_dtypes(self, function_name: str | None = None) -> dict[str, np.dtype]:
         f = self._fn(function_name)
         return {
@@ -113,36 +130,40 @@ class MilProgram:
 
     # ------------------------------------------------------------------- run
     def run(
-        self, inputs: Mapping[str, np.ndarray], function_name: str | None = None
+        self, inputs: Mapping[str, np.ndarray], function_name: str | None = None, state: MilState | None = None
     ) -> dict[str, np.ndarray]:
-        """Run a function; returns its outputs as numpy arrays in their declared dtypes."""
+        """Run a function; returns its outputs as numpy arrays in their declared dtypes.
+
+        A stateful function needs ``state`` (:meth:`make_state`): the call reads and updates
+        it, and leaves it unchanged when it fails."""
         f = self._fn(function_name)
         env = self._bind_inputs(f, inputs)
         with torch.inference_mode():
-            env = self._execute(f, env)
+            env = self._execute_stateful(f, env, state)
             return {
                 n: to_numpy(env[n], t.dtype if t is not None else None)
                 for n, t in zip(f.output_names, f.output_types)
             }
 
     def run_torch(
-        self, inputs: Mapping[str, torch.Tensor | np.ndarray], function_name: str | None = None
+        self, inputs: Mapping[str, torch.Tensor | np.ndarray], function_name: str | None = None,
+        state: MilState | None = None,
     ) -> dict[str, torch.Tensor]:
         """Like :meth:`run` but returns the raw torch tensors (no numpy conversion)."""
         f = self._fn(function_name)
         env = self._bind_inputs(f, inputs)
         with torch.inference_mode():
-            env = self._execute(f, env)
+            env = self._execute_stateful(f, env, state)
             return {n: env[n] for n in f.output_names}
 
     def run_all(
-        self, inputs: Mapping[str, np.ndarray], function_name: str | None = None
+        self, inputs: Mapping[str, np.ndarray], function_name: str | None = None, state: MilState | None = None
     ) -> dict[str, np.ndarray]:
         """Debugging aid: run and return *every* var (inputs, intermediates, outputs)."""
         f = self._fn(function_name)
         env = self._bind_inputs(f, inputs)
         with torch.inference_mode():
-            env = self._execute(f, env, keep_all=True)
+            env = self._execute_stateful(f, env, state, keep_all=True)
             return {n: to_numpy(v, None) for n, v in env.items() if isinstance(v, torch.Tensor)}
 
     def _bind_inputs(self, f: _Function, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -162,6 +183,26 @@ class MilProgram:
         env = {}
         for s in f.inputs:
             env[s.name] = _convert_input(s, inputs[s.name], self.package)
+        return env
+
+    def _execute_stateful(self, f: _Function, env: dict[str, Any], state: MilState | None,
+                          keep_all: bool = False) -> dict[str, Any]:
+        where = f"{self.package} [{f.ir.name}]"
+        if not f.states:
+            if state is not None and state.names:
+                raise MilInputError(f"{where}: the function has no states, but a state was passed")
+            return self._execute(f, env, keep_all)
+        if state is None:
+            raise MilInputError(
+                f"{where}: the function has states {', '.join(s.name for s in f.states)}; "
+                "pass state=program.make_state()"
+            )
+        if not isinstance(state, MilState):
+            raise MilInputError(f"{where}: state must be a MilState (program.make_state()), got {type(state).__name__}")
+        cells = state.cells_for(f.states, where)
+        env.update(cells)
+        env = self._execute(f, env, keep_all)
+        state.commit(cells)  # only after every op succeeded
         return env
 
     def _execute(self, f: _Function, env: dict[str, Any], keep_all: bool = False) -> dict[str, Any]:
@@ -281,7 +322,7 @@ def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spe
     tensor_cache: dict = {}
     for fname, fir in functions_ir.items():
         steps = _compile_block(fir, fir.block, problems, tensor_cache)
-        compiled[fname] = _Function(fir, steps, _input_specs(spec, fir))
+        compiled[fname] = _Function(fir, steps, _input_specs(spec, fir), _state_specs(fir))
     if problems:
         raise UnsupportedOpError(package, problems)
     for fname, f in compiled.items():
@@ -374,6 +415,8 @@ def _input_specs(spec, fir: FunctionIR) -> list[InputSpec]:
         desc_inputs[fdesc.name] = fdesc
     out = []
     for name, vt in fir.inputs:
+        if vt.kind == "state":  # see _state_specs
+            continue
         if vt.kind != "tensor":
             raise MilLoadError(f"function {fir.name!r} input {name!r}: {vt.kind} inputs are not supported")
         enumerated = shape_range = None
@@ -387,6 +430,19 @@ def _input_specs(spec, fir: FunctionIR) -> list[InputSpec]:
         if vt.dtype not in NUMPY_DTYPES:
             raise MilLoadError(f"function {fir.name!r} input {name!r}: dtype {vt.dtype} not supported")
         out.append(InputSpec(name, NUMPY_DTYPES[vt.dtype], vt.shape, vt.dtype, enumerated, shape_range))
+    return out
+
+
+def _state_specs(fir: FunctionIR) -> list[MilStateSpec]:
+    out = []
+    for name, vt in fir.inputs:
+        if vt.kind != "state":
+            continue
+        if not vt.is_static:
+            raise MilLoadError(f"function {fir.name!r} state {name!r}: flexible state shapes are not supported")
+        if vt.dtype not in NUMPY_DTYPES:
+            raise MilLoadError(f"function {fir.name!r} state {name!r}: dtype {vt.dtype} not supported")
+        out.append(MilStateSpec(name, tuple(int(d) for d in vt.shape), vt.dtype))
     return out
 
 

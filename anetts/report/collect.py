@@ -83,18 +83,18 @@ def wav_data_uri(x: np.ndarray, sample_rate: int) -> str:
     return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def read_waveforms(path, region) -> dict[str, np.ndarray]:
-    """Reference and package waveforms of a generator parity run, cut to the valid region."""
+def read_waveforms(path, region, name: str) -> dict[str, np.ndarray]:
+    """Reference and package audio (output `name`) of a parity run, cut to the valid region."""
     path = Path(path)
     if not path.is_file():
-        raise _missing(path, "generator parity arrays")
+        raise _missing(path, "audio parity arrays")
     try:
         with np.load(path) as z:
-            out = {k.split("/", 1)[0]: np.asarray(z[k]).reshape(-1) for k in z.files if k.endswith("/waveform")}
+            out = {k.split("/", 1)[0]: np.asarray(z[k]).reshape(-1) for k in z.files if k.endswith(f"/{name}")}
     except (OSError, ValueError, KeyError) as e:
-        raise ReportInputError(f"report input {path} (generator parity arrays) cannot be read: {e}") from e
+        raise ReportInputError(f"report input {path} (audio parity arrays) cannot be read: {e}") from e
     if "reference" not in out or len(out) < 2:
-        raise ReportInputError(f"report input {path} (generator parity arrays) lacks reference/ and a backend's waveform")
+        raise ReportInputError(f"report input {path} (audio parity arrays) lacks reference/{name} and a backend's {name}")
     lo, hi = (int(region[0]), int(region[1])) if region else (0, None)
     return {k: v[lo:hi] for k, v in out.items()}
 
@@ -141,16 +141,21 @@ def collect(inputs: dict[str, list[str]]) -> dict:
             raise ReportInputError(f"report input {r['_path']} (parity report) has no 'mil' backend")
     if len(data["inspect"]) != len(data["parity"]):
         raise ReportInputError(f"{len(data['parity'])} parity reports but {len(data['inspect'])} inspect JSONs")
-    data["generator_plot"] = [read_png(p, "generator parity plot") for p in inputs.get("generator_plot", [])]
+    data["waveform_plot"] = [read_png(p, "parity waveform plot") for p in inputs.get("waveform_plot", [])]
 
-    regions = {r["_path"]: r.get("valid_regions", {}).get("waveform") for r in data["parity"]}
+    from anetts.report.inputs import audio_output
+
+    audio_decl = audio_output(manifest.get("family", "kokoro"))
+    data["audio_output"] = audio_decl
+    name = audio_decl.get("output", "")
+    regions = {r["_path"]: r.get("valid_regions", {}).get(name) for r in data["parity"]}
     audio = []
     for p in inputs.get("parity_arrays", []):
         report_path = str(Path(p).with_name(Path(p).name.replace(".outputs.npz", ".json")))
         match = next((r for r in data["parity"] if Path(r["_path"]) == Path(report_path)), None)
         if match is None:
-            raise ReportInputError(f"report input {p} (generator parity arrays) has no parity report {report_path} among the inputs")
-        waves = read_waveforms(p, regions[match["_path"]])
+            raise ReportInputError(f"report input {p} (audio parity arrays) has no parity report {report_path} among the inputs")
+        waves = read_waveforms(p, regions[match["_path"]], name)
         audio.append({"stage": match["stage"], "bucket": match["bucket"], "waves": waves})
     data["audio"] = audio
 

@@ -12,8 +12,18 @@ from pathlib import Path
 from anetts import artifacts
 
 # The keys of an inputs mapping, in the order the report shows them.
-KEYS = ("manifest", "parity_summary", "generator_plot", "parity", "parity_arrays", "inspect", "package_reports",
+KEYS = ("manifest", "parity_summary", "waveform_plot", "parity", "parity_arrays", "inspect", "package_reports",
         "bundles", "bundle_parity", "job_benchmarks", "runtime_benchmarks", "bench")
+
+
+def audio_output(family: str) -> dict:
+    """{stage, output, sample_rate} of the audio the family's build makes (its declaration), or {}."""
+    from anetts.families import declaration
+
+    decl = declaration(family)
+    if decl.audio is None:
+        return {}
+    return {"stage": decl.audio[0], "output": decl.audio[1], "sample_rate": decl.audio[2]}
 
 
 def found_jsons(folder: Path) -> list[str]:
@@ -48,14 +58,14 @@ def report_inputs(wf, model: str, benchmark_patterns: dict[str, str], root: Path
     """Named lists of the files the report of `model` reads (all declared inputs of its rule)."""
     stages = wf.stages(model)
     mdir = artifacts.model_dir(model, root)
-    generator = [wf.parity_arrays(model, s, b) for s in stages for b in wf.buckets(model, s)
-                 if s == "generator"]
+    audio = wf.audio_output(model).get("stage")
+    audio_arrays = [wf.parity_arrays(model, s, b) for s in stages for b in wf.buckets(model, s) if s == audio]
     return {
         "manifest": [str(artifacts.manifest_path(model, root))],
         "parity_summary": [str(mdir / "parity_summary.json")],
-        "generator_plot": [str(mdir / "parity_generator.png")],
+        "waveform_plot": [str(mdir / "parity_waveform.png")],
         "parity": wf.parity_reports(model),
-        "parity_arrays": generator,
+        "parity_arrays": audio_arrays,
         "inspect": wf.inspect_reports(model),
         "package_reports": wf.package_reports(model),
         "bundles": [str(Path(b).with_suffix(".json")) for b in wf.bundles(model)],
@@ -81,13 +91,14 @@ def discover_inputs(model_dir: Path) -> dict[str, list[str]]:
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"report input {manifest} (manifest) is not a valid manifest: {e}") from e
     root, model = mdir.parent, mdir.name
+    audio = audio_output(m.get("family", "kokoro")).get("stage")
     return {
         "manifest": [str(manifest)],
         "parity_summary": [str(mdir / "parity_summary.json")],
-        "generator_plot": [str(mdir / "parity_generator.png")],
+        "waveform_plot": [str(mdir / "parity_waveform.png")],
         "parity": [str(artifacts.parity_path(model, s, b, root)) for s, b in pkgs],
         "parity_arrays": [str(artifacts.parity_path(model, s, b, root).with_suffix(".outputs.npz"))
-                          for s, b in pkgs if s == "generator"],
+                          for s, b in pkgs if s == audio],
         "inspect": [str(artifacts.inspect_path(model, s, b, root)) for s, b in pkgs],
         "package_reports": [str(artifacts.package_report(model, s, b, root)) for s, b in pkgs],
         "bundles": [str(artifacts.bundle_path(model, s, root).with_suffix(".json")) for s in stages],

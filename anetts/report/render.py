@@ -119,18 +119,20 @@ def _parity_section(d: dict) -> str:
         out += ["<h3>Bundles (multifunction), every function through the same gate</h3>",
                 hbar_chart(bundle_rows, figure="bundle-parity-snr", unit="dB", lines=lines),
                 _table(["stage", "function", "bucket", "worst SNR dB", "verdict"], btable, num_cols=(3,))]
-    for uri in d["generator_plot"]:
-        out.append("<h3>Generator: waveform and log-spectrogram difference (largest bucket)</h3>"
-                   f'<img class="plot" data-figure="generator-diff" alt="generator waveform and spectrogram difference" src="{uri}">')
+    ao = d.get("audio_output") or {}
+    sr = int(ao.get("sample_rate", 24000))
+    for uri in d["waveform_plot"]:
+        out.append(f"<h3>{_h(ao.get('stage', 'audio'))}: {_h(ao.get('output', ''))} and log-spectrogram difference (largest bucket)</h3>"
+                   f'<img class="plot" data-figure="waveform-diff" alt="waveform and spectrogram difference" src="{uri}">')
     if d["audio"]:
-        out.append("<h3>Listen: parity examples (generator, valid region)</h3><div class='grid'>")
+        out.append(f"<h3>Listen: parity examples ({_h(ao.get('stage', ''))}, valid region)</h3><div class='grid'>")
         for a in d["audio"]:
             out.append(f"<div class='card'><b>{_h(a['stage'])}/{_h(a['bucket'])}</b>")
             for name, wave in a["waves"].items():
                 label = "upstream eager fp32" if name == "reference" else f"package ({name})"
-                out.append(f"<div>{_h(label)} · {wave.size / 24000:.2f} s<br>"
+                out.append(f"<div>{_h(label)} · {wave.size / sr:.2f} s<br>"
                            f'<audio controls preload="metadata" data-audio="{_h(a["bucket"])}/{_h(name)}" '
-                           f'src="{wav_data_uri(wave, 24000)}"></audio></div>')
+                           f'src="{wav_data_uri(wave, sr)}"></audio></div>')
             out.append("</div>")
         out.append("</div>")
     out.append("</section>")

@@ -14,9 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+import importlib
+
+from anetts.families import declaration
 from anetts.runtime.backends import BACKENDS, StageRunner, default_backend, make_backend
 from anetts.runtime.errors import ArtifactError, BackendUnavailable, InputError, IntegrityError, TTSError
-from anetts.runtime.kokoro import ChunkResult, KokoroRuntime, SynthesisResult
 from anetts.runtime.manifest import ModelArtifacts
 
 DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
@@ -25,14 +27,11 @@ __all__ = [
     "BACKENDS",
     "ArtifactError",
     "BackendUnavailable",
-    "ChunkResult",
     "DEFAULT_MODEL_DIR",
     "InputError",
     "IntegrityError",
-    "KokoroRuntime",
     "ModelArtifacts",
     "StageRunner",
-    "SynthesisResult",
     "TTSError",
     "default_backend",
     "load",
@@ -40,15 +39,30 @@ __all__ = [
 
 
 def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, *, threads: int | None = None,
-         compute_units: str | Mapping[str, str] | None = None) -> KokoroRuntime:
+         compute_units: str | Mapping[str, str] | None = None, deployment_target: str | None = None):
     """Open a built model directory (``artifacts/<model>``) for synthesis.
 
     ``backend``: ``"torch"`` (TorchScript exports, any OS; the default off macOS), ``"coreml"``
     (the .mlpackages through Core ML, macOS only; the default there) or ``"mil"`` (the MIL
     reference executor). ``threads`` sets torch's intra-op threads (torch backend);
     ``compute_units`` overrides the manifest's per-stage Core ML compute units (a name for all
-    stages, or {stage: name}). Packages are verified (sha256) and loaded on first use.
+    stages, or {stage: name}). Packages are verified (sha256) and loaded on first use. The runtime
+    class is the one the manifest's family declares (Kokoro: KokoroRuntime). ``deployment_target``
+    (e.g. ``"macOS15"``): the oldest OS the caller supports; from macOS15/iOS18 on each stage runs
+    from its multifunction bundle, otherwise (and by default) from per-bucket packages.
     """
-    artifacts = ModelArtifacts.load(model_dir)
+    artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target)
     runner = make_backend(backend, artifacts, threads=threads, compute_units=compute_units)
-    return KokoroRuntime(artifacts, runner)
+    return runtime_class(artifacts.family)(artifacts, runner)
+
+
+def runtime_class(family: str):
+    """The runtime a family declares (``module:Class``); the manifest's family picks it."""
+    module, _, name = declaration(family).runtime.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def __getattr__(name):  # the Kokoro result types, importable from here as before
+    if name in ("ChunkResult", "KokoroRuntime", "SynthesisResult"):
+        return getattr(importlib.import_module("anetts.models.kokoro.runtime"), name)
+    raise AttributeError(name)

@@ -9,7 +9,6 @@ loaded lazily on first use (after the package's sha256 is checked) and cached.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 import threading
@@ -56,14 +55,18 @@ class _CachingRunner:
     def _load(self, entry: PackageEntry):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _cache_key(self, entry: PackageEntry):
+        return entry.key
+
     def _model(self, entry: PackageEntry):
-        m = self._models.get(entry.key)
+        key = self._cache_key(entry)
+        m = self._models.get(key)
         if m is None:
             with self._lock:
-                m = self._models.get(entry.key)
+                m = self._models.get(key)
                 if m is None:
                     self.artifacts.verify(entry, torchscript=self.uses_torchscript)
-                    m = self._models[entry.key] = self._load(entry)
+                    m = self._models[key] = self._load(entry)
                     log.debug("%s backend loaded %s", self.name, entry.label)
         return m
 
@@ -154,24 +157,21 @@ class CoreMLBackend(_CachingRunner):
             raise InputError(f"unknown compute units {cu!r} for stage {stage}; choose one of {list(COMPUTE_UNITS)}")
         return cu
 
+    def _cache_key(self, entry: PackageEntry):
+        return (entry.path, entry.function)  # one MLModel per function of a bundle
+
     def _load(self, entry: PackageEntry):
         ct = self._ct
         cu = self.compute_units(entry.stage, entry)
+        # a bundle's functions are named; a per-bucket package has only its default `main`
+        kwargs = {"function_name": entry.function} if entry.function != "main" else {}
         try:
-            return ct.models.MLModel(str(entry.path), compute_units=ct.ComputeUnit[cu])
+            return ct.models.MLModel(str(entry.path), compute_units=ct.ComputeUnit[cu], **kwargs)
         except Exception as e:  # noqa: BLE001 - Core ML reports compile errors as many types
             raise ArtifactError(f"Core ML cannot load {entry.label} ({entry.path}) with {cu}: {e}") from e
 
     def _execute(self, entry, model, inputs):
         return model.predict({t.name: inputs[t.name] for t in entry.inputs})
-
-
-def mil_available() -> bool:
-    try:
-        mil = importlib.import_module("anetts.mil")
-    except ImportError:
-        return False
-    return callable(getattr(mil, "load_program", None))
 
 
 class MilBackend(_CachingRunner):
@@ -181,9 +181,12 @@ class MilBackend(_CachingRunner):
 
     def __init__(self, artifacts: ModelArtifacts):
         super().__init__(artifacts)
-        if not mil_available():
-            raise BackendUnavailable("the mil backend needs anetts.mil.load_program, which this install lacks")
-        self._load_program = importlib.import_module("anetts.mil").load_program
+        from anetts.mil import load_program  # part of this package: a broken executor is an error, not "unavailable"
+
+        self._load_program = load_program
+
+    def _cache_key(self, entry: PackageEntry):
+        return entry.path  # a loaded program runs any of its functions (a bundle: every bucket)
 
     def _load(self, entry: PackageEntry):
         try:

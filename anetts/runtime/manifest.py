@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anetts.artifacts import tree_sha256
+from anetts.families import declaration
 from anetts.runtime.errors import ArtifactError, IntegrityError
 from anetts.stage import TensorSpec
 
 MANIFEST_NAME = "manifest.json"
-KOKORO_STAGES = ("duration", "f0ntrain", "decoder_pre", "generator")
+
+
+def bundles_supported(deployment_target: str) -> bool:
+    """Multifunction packages need macOS15 / iOS18 or later."""
+    for prefix, first in (("macOS", 15), ("iOS", 18)):
+        if deployment_target.startswith(prefix):
+            try:
+                return int(deployment_target[len(prefix):]) >= first
+            except ValueError:
+                break
+    raise ArtifactError(f"unknown deployment target {deployment_target!r}; expected e.g. macOS14, macOS15, iOS18")
 
 
 def _tensor(d: dict, where: str) -> TensorSpec:
@@ -96,16 +107,18 @@ class ModelArtifacts:
     model_dir: Path
     manifest: dict
     packages: dict[tuple[str, str], PackageEntry]
-    weights_dir: Path
-    l_linear_weight: np.ndarray  # (1, 9) hn-NSF merge layer, run on the host
-    l_linear_bias: np.ndarray  # (1,)
+    assets: dict[str, tuple[Path, str]]  # name -> (path, sha256): the runtime's files besides packages
     _verified: set = field(default_factory=set, repr=False)
+    _hashes: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # ----------------------------------------------------------------- loading
 
     @classmethod
-    def load(cls, model_dir: str | Path, stages: tuple[str, ...] = KOKORO_STAGES) -> "ModelArtifacts":
+    def load(cls, model_dir: str | Path, deployment_target: str | None = None) -> "ModelArtifacts":
+        """``deployment_target``: the oldest OS the caller must run on. From macOS15/iOS18 on, stages
+        run from their multifunction bundle (one package, weights shared across buckets); older
+        targets, or None, use the per-bucket packages."""
         model_dir = Path(model_dir).expanduser()
         if model_dir.is_file() and model_dir.name == MANIFEST_NAME:
             model_dir = model_dir.parent
@@ -120,9 +133,11 @@ class ModelArtifacts:
         if not isinstance(manifest, dict):
             raise ArtifactError(f"{path}: expected a JSON object")
         where = str(path)
-        family = manifest.get("family", "kokoro")
-        if family != "kokoro":
-            raise ArtifactError(f"{where}: family {family!r} is not supported by this runtime (kokoro only)")
+        family = _require(manifest, "family", where)
+        try:
+            stages = tuple(declaration(family).stages)
+        except KeyError as e:
+            raise ArtifactError(f"{where}: {e.args[0]}") from None
 
         packages: dict[tuple[str, str], PackageEntry] = {}
         for i, p in enumerate(_require(manifest, "packages", where)):
@@ -134,11 +149,31 @@ class ModelArtifacts:
             if not any(k[0] == stage for k in packages):
                 raise ArtifactError(f"{where}: no package for stage {stage!r}")
 
-        weights_dir = model_dir / manifest.get("weights_dir", "weights")
-        if not (weights_dir / "config.json").is_file():
-            raise ArtifactError(f"missing weights config {weights_dir / 'config.json'} (manifest weights_dir)")
-        weight, bias = cls._host_params(manifest, where)
-        return cls(model_dir, manifest, packages, weights_dir, weight, bias)
+        if deployment_target is not None and bundles_supported(deployment_target):
+            packages = cls._from_bundles(model_dir, manifest, packages, where)
+        assets = {}
+        for i, a in enumerate(_require(manifest, "assets", where)):
+            name, rel = str(_require(a, "name", f"{where} assets[{i}]")), str(_require(a, "path", f"{where} assets[{i}]"))
+            if not (model_dir / rel).is_file():
+                raise ArtifactError(f"runtime asset {name!r} is missing: {model_dir / rel} (listed in the manifest)")
+            assets[name] = (model_dir / rel, str(_require(a, "sha256", f"{where} assets[{i}]")))
+        return cls(model_dir, manifest, packages, assets)
+
+    @staticmethod
+    def _from_bundles(model_dir: Path, manifest: dict, packages: dict, where: str) -> dict:
+        """Each bucket of a bundled stage as a function of its stage's bundle."""
+        out = dict(packages)
+        for i, b in enumerate(manifest.get("bundles", [])):
+            stage = str(_require(b, "stage", f"{where} bundles[{i}]"))
+            path = model_dir / str(_require(b, "path", f"{where} bundles[{i}]"))
+            if not path.exists():
+                raise ArtifactError(f"bundle of {stage} is missing: {path} (listed in the manifest)")
+            for function, bucket in _require(b, "functions", f"{where} bundles[{i}]").items():
+                if (stage, bucket) not in packages:
+                    raise ArtifactError(f"{where}: bundle {stage} has function {function} for unlisted bucket {bucket}")
+                out[(stage, bucket)] = replace(packages[(stage, bucket)], path=path, function=str(function),
+                                               sha256=str(_require(b, "sha256", f"{where} bundles[{i}]")))
+        return out
 
     @staticmethod
     def _entry(model_dir: Path, p: dict, where: str) -> PackageEntry:
@@ -165,18 +200,6 @@ class ModelArtifacts:
             example_inputs=model_dir / ex if ex else None,
         )
 
-    @staticmethod
-    def _host_params(manifest: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
-        host = _require(manifest, "host", where)
-        try:
-            w = np.asarray(host["l_linear_weight"], dtype=np.float64).reshape(1, 9)
-            b = np.asarray(host["l_linear_bias"], dtype=np.float64).reshape(1)
-        except (KeyError, ValueError, TypeError) as e:
-            raise ArtifactError(f"{where}: bad 'host' block, need l_linear_weight [[9]] and l_linear_bias [1] ({e})") from e
-        if not (np.isfinite(w).all() and np.isfinite(b).all()):
-            raise ArtifactError(f"{where}: host l_linear parameters are not finite")
-        return w, b
-
     # ----------------------------------------------------------------- lookup
 
     @property
@@ -196,6 +219,27 @@ class ModelArtifacts:
 
     def buckets(self, stage: str) -> list[str]:
         return [e.bucket for e in self.entries(stage)]
+
+    @property
+    def family(self) -> str:
+        return str(self.manifest["family"])
+
+    def asset(self, name: str) -> Path:
+        """Path of a runtime asset, its sha256 checked once; IntegrityError naming it on a mismatch."""
+        if name not in self.assets:
+            raise ArtifactError(f"the manifest lists no runtime asset {name!r}; have {sorted(self.assets)}")
+        path, sha = self.assets[name]
+        key = ("asset", name)
+        if key not in self._verified:
+            got = tree_sha256(path)
+            if got != sha:
+                raise IntegrityError(f"runtime asset {name} ({path}) does not match the manifest: sha256 {got[:12]}... "
+                                     f"!= {sha[:12]}...; it was modified or corrupted, rebuild it")
+            self._verified.add(key)
+        return path
+
+    def asset_names(self, prefix: str = "") -> list[str]:
+        return sorted(n for n in self.assets if n.startswith(prefix))
 
     def stage_compute_units(self, stage: str) -> str | None:
         return (self.manifest.get("stages", {}).get(stage) or {}).get("compute_units")
@@ -219,18 +263,25 @@ class ModelArtifacts:
 
     # ----------------------------------------------------------------- integrity
 
+    def _tree_sha256(self, path: Path) -> str:
+        """sha256 of a package, hashed once per path (a bundle serves every bucket of its stage)."""
+        got = self._hashes.get(path)
+        if got is None:
+            got = self._hashes[path] = tree_sha256(path)
+        return got
+
     def verify(self, entry: PackageEntry, torchscript: bool = False) -> None:
         """Check the package's sha256 (and the TorchScript's, when the manifest records one) once.
 
         Raises :class:`IntegrityError` naming the package on a mismatch.
         """
-        key = (entry.key, torchscript)
+        key = (entry.key, entry.path, torchscript)
         if key in self._verified:
             return
         with self._lock:
             if key in self._verified:
                 return
-            got = tree_sha256(entry.path)
+            got = self._tree_sha256(entry.path)
             if got != entry.sha256:
                 raise IntegrityError(
                     f"package {entry.label} ({entry.path}) does not match the manifest: sha256 {got[:12]}... "

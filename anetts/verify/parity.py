@@ -10,14 +10,15 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from anetts.artifacts import atomic_outputs, write_json
+from anetts.options import Gate  # noqa: F401 - re-exported
 from anetts.provenance import provenance
-from anetts.stage import Family
+from anetts.stage import BucketSpec
 from anetts.verify.metrics import compare, exact_match_fraction
 
 log = logging.getLogger(__name__)
@@ -25,13 +26,6 @@ log = logging.getLogger(__name__)
 
 class ParityError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class Gate:
-    min_snr_db: float = 35.0  # below: the package is rejected
-    target_snr_db: float = 50.0  # below: accepted with a warning
-    min_exact_fraction: float = 0.95  # integer outputs (durations): fp16 may flip a rounding boundary
 
 
 def _valid(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
@@ -77,21 +71,30 @@ def load_export_outputs(path: Path, spec) -> tuple[dict, dict]:
                 {t.name: z[f"traced/{t.name}"] for t in spec.outputs})
 
 
-def run_parity(family: Family, stage_name: str, size: int, package: Path, example_inputs: Path,
-               export_outputs: Path, export_report: Path | None, gate: Gate,
+def read_export_report(path: Path) -> tuple[BucketSpec, dict, dict]:
+    """(spec, valid regions {output: (axis, n) | None}, timings) recorded by the export job."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        spec = BucketSpec.from_json(report["spec"])
+        regions = {k: (tuple(v) if v is not None else None) for k, v in report["valid_regions"].items()}
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise ParityError(f"{path}: not a usable export report ({type(e).__name__}: {e}); re-run the export") from e
+    return spec, regions, report.get("seconds", {})
+
+
+def run_parity(package: Path, example_inputs: Path, export_outputs: Path, export_report: Path, gate: Gate,
                compute_units: str = "CPU_AND_GPU", function_name: str | None = None) -> dict:
     """Score the package (and the traced export) against the eager fp32 outputs of the export job.
 
     The export job ran the eager wrapper and the traced module on these example inputs and
-    stored both, so parity needs neither the model nor torch.jit: one executor run per package.
+    stored both, with the bucket's spec and valid regions, so parity needs no family, no model
+    and no torch.jit: one executor run per package.
     """
-    stage = family.stage(stage_name)
-    spec = stage.spec(size)
+    spec, regions, seconds = read_export_report(export_report)
+    stage_name = spec.stage
     with np.load(example_inputs) as z:
         inputs = {k: z[k] for k in z.files}
-    regions = stage.valid_regions(inputs)
     reference, traced_out = load_export_outputs(export_outputs, spec)
-    seconds = json.loads(Path(export_report).read_text())["seconds"] if export_report is not None else {}
     eager_s, traced_s = seconds.get("eager_forward"), seconds.get("traced_forward")
 
     from anetts.mil import load_program
@@ -159,7 +162,7 @@ def check_parity(report: dict, out_json: Path, out_arrays: Path | None = None) -
                       f"(min {report['gate']['min_snr_db']} dB): {worst}; report: {failed}")
 
 
-def check_bundle_parity(family: Family, stage_name: str, sizes: dict[str, int], bundle: Path, example_inputs: list,
+def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, export_reports: list, example_inputs: list,
                         reference_arrays: list, gate: Gate, out_json: Path) -> dict:
     """Every function of a multifunction bundle through the per-bucket gate; all must pass.
 
@@ -169,16 +172,14 @@ def check_bundle_parity(family: Family, stage_name: str, sizes: dict[str, int], 
     from anetts.compile.bundle import function_name
     from anetts.mil import load_program
 
-    stage = family.stage(stage_name)
     program = load_program(bundle)
     functions = {}
-    for (bucket, size), inputs_path, ref_path in zip(sizes.items(), example_inputs, reference_arrays):
-        spec = stage.spec(size)
+    for bucket, report_path, inputs_path, ref_path in zip(buckets, export_reports, example_inputs, reference_arrays):
+        spec, regions, _ = read_export_report(report_path)
         with np.load(inputs_path) as z:
             inputs = {k: z[k] for k in z.files}
         with np.load(ref_path) as z:
             reference = {t.name: z[f"reference/{t.name}"] for t in spec.outputs}
-        regions = stage.valid_regions(inputs)
         out, seconds = _timed(lambda: program.run(inputs, function_name=function_name(bucket)))
         valid_out = {t.name: _valid(np.asarray(out[t.name]).reshape(t.shape), regions.get(t.name)) for t in spec.outputs}
         scored = _score(spec, valid_out, reference, {}, gate)

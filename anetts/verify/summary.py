@@ -79,23 +79,26 @@ def _log_spec(x: np.ndarray, n_fft: int = 1024, hop: int = 256) -> np.ndarray:
     return 20 * np.log10(np.abs(np.fft.rfft(frames, axis=-1)).T + 1e-6)
 
 
-def _generator_plot(reports: list, path: Path) -> None:
+def _waveform_plot(reports: list, arrays: list, audio: dict, path: Path) -> None:
+    """The family's audio output (`audio`: {stage, output, sample_rate}) of its longest bucket."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gens = [Path(p) for p in reports if json.loads(Path(p).read_text())["stage"] == "generator"]
+    stage, name = audio.get("stage"), audio.get("output")
+    runs = [(Path(r), Path(a)) for r, a in zip(reports, arrays)
+            if stage and json.loads(Path(r).read_text())["stage"] == stage]
     fig, axes = plt.subplots(3, 1, figsize=(10, 8))
-    if gens:
-        last = max(gens, key=lambda p: json.loads(p.read_text())["valid_regions"]["waveform"][1])
-        with np.load(last.with_suffix(".outputs.npz")) as z:
-            ref, got = z["reference/waveform"].ravel(), z["mil/waveform"].ravel()
-        t = np.arange(len(ref)) / 24000
+    if runs:
+        last, last_arrays = max(runs, key=lambda ra: json.loads(ra[0].read_text())["valid_regions"][name][1])
+        with np.load(last_arrays) as z:
+            ref, got = z[f"reference/{name}"].ravel(), z[f"mil/{name}"].ravel()
+        t = np.arange(len(ref)) / audio["sample_rate"]
         axes[0].plot(t, ref, lw=0.4, label="upstream eager fp32")
         axes[0].plot(t, got, lw=0.4, alpha=0.7, label="package (MIL executor)")
         axes[0].legend(loc="upper right")
-        axes[0].set_title(f"generator {last.stem}: waveform")
+        axes[0].set_title(f"{stage} {last.stem}: {name}")
         axes[1].plot(t, got - ref, lw=0.4, color="tab:red")
         axes[1].set_title("difference")
         im = axes[2].imshow(_log_spec(got) - _log_spec(ref), aspect="auto", origin="lower", cmap="coolwarm",
@@ -110,13 +113,14 @@ def _generator_plot(reports: list, path: Path) -> None:
     plt.close(fig)
 
 
-def write_summary(model: str, reports: list, out_md: Path, out_json: Path, out_snr: Path, out_gen: Path) -> dict:
+def write_summary(model: str, reports: list, arrays: list, audio: dict, out_md: Path, out_json: Path, out_snr: Path,
+                  out_wave: Path) -> dict:
     rows = _rows(reports)
     summary = {"model": model, "all_passed": all(r["passed"] for r in rows), "buckets": rows,
                "provenance": provenance()}
-    with atomic_outputs(out_md, out_json, out_snr, out_gen) as (md, js, snr, gen):
+    with atomic_outputs(out_md, out_json, out_snr, out_wave) as (md, js, snr, wave):
         Path(md).write_text(_markdown(model, rows), encoding="utf-8")
         write_json(js, summary)
         _snr_plot(rows, snr)
-        _generator_plot(reports, gen)
+        _waveform_plot(reports, arrays, audio, wave)
     return summary

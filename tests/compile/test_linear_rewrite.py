@@ -137,9 +137,16 @@ def test_rewrite_matching_nothing_is_an_error(tmp_path, convert_module):
     with pytest.raises(RewriteError, match=r"matched no linear op in stageX/b1"):
         convert_module(NoLinear(), {"x": torch.randn(1, 4, 10)}, tmp_path / "x.mlpackage",
                        variant="conv2d", where="stageX/b1")
-    # variant "none" on the same module is fine
-    rep = convert_module(NoLinear(), {"x": torch.randn(1, 4, 10)}, tmp_path / "y.mlpackage", variant="none")
-    assert rep["rewritten"] == 0
+    # "none", and the default "auto", on the same module are fine: there is nothing to rewrite
+    for variant in ("none", "auto"):
+        rep = convert_module(NoLinear(), {"x": torch.randn(1, 4, 10)}, tmp_path / f"{variant}.mlpackage", variant=variant)
+        assert rep["rewritten"] == 0
+
+
+def test_auto_rewrites_like_conv1d(packages):
+    pkgs, reports = packages
+    assert op_histogram(pkgs["auto"])["main"] == op_histogram(pkgs["conv1d"])["main"]
+    assert reports["auto"]["rewritten"] == N_LINEAR and reports["auto"]["linear_remaining"] == 0
 
 
 def test_variant_validation():

@@ -75,9 +75,9 @@ def test_packages_show_their_ops_lint_and_bundle_ratios(model_dir, page):
 
 
 def test_generator_plot_and_audio_are_the_builds_own(model_dir, page):
-    plot = [i for i in page.images if i.get("data-figure") == "generator-diff"]
+    plot = [i for i in page.images if i.get("data-figure") == "waveform-diff"]
     assert len(plot) == 1
-    assert data_uri_bytes(plot[0]["src"], "image/png") == (model_dir / "parity_generator.png").read_bytes()
+    assert data_uri_bytes(plot[0]["src"], "image/png") == (model_dir / "parity_waveform.png").read_bytes()
     parity = json.loads((model_dir / "parity/generator/3s.json").read_text())
     lo, hi = parity["valid_regions"]["waveform"]
     clips = {a["data-audio"]: a for a in page.audio}
@@ -183,7 +183,7 @@ def _report_cli(mdir: Path):
     ("inspect/generator/3s.json", "delete", "is missing"),
     ("parity/duration/t32.json", "{not json", "is not valid JSON"),
     ("bundles/f0ntrain.json", '{"ratio": 1.0}', "lacks key"),
-    ("parity_generator.png", "not a png", "is not a PNG"),
+    ("parity_waveform.png", "not a png", "is not a PNG"),
     ("benchmarks/weights.tsv", "s\tx\n1\t2\n", "is not a benchmark TSV"),
     ("bench/mac-coreml.json", '{"kind": "anetts-bench", "schema": 1}', "missing key"),
 ])

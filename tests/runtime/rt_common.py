@@ -10,6 +10,8 @@ MEDIUM = "ðɪs ɪz ɐ tˈɛst ʌv ðə ɹˈʌntˌIm."
 
 
 def copy_model_dir(src: Path, dest: Path) -> Path:
-    """What the runtime reads of a model dir (manifest, weights, packages, exports)."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("logs", "benchmarks", "reference", "*.inputs.npz"))
+    """What the runtime reads of a model dir: manifest, packages, exports and runtime assets.
+
+    The build's weights are left behind: the runtime must not need the checkpoint."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("logs", "benchmarks", "reference", "weights", "*.inputs.npz"))
     return dest

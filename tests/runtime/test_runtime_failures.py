@@ -11,7 +11,6 @@ import soundfile as sf
 
 from anetts.cli import main
 from anetts.runtime import ArtifactError, BackendUnavailable, InputError, IntegrityError, load
-from anetts.runtime.backends import mil_available
 from rt_common import SHORT, copy_model_dir
 
 BAD_INPUTS = [
@@ -63,6 +62,19 @@ def test_tampered_package_fails_sha256_naming_it(model_dir, tmp_path):
     out = tmp_path / "out.wav"
     assert main(["speak", "--phonemes", SHORT, "--voice", "syn_a", "--model-dir", str(copy), "-o", str(out)]) == 1
     assert not out.exists()
+
+
+def test_tampered_voice_asset_fails_sha256_naming_it(model_dir, tmp_path):
+    copy = copy_model_dir(model_dir, tmp_path / "m")
+    assert not (copy / "weights").exists()
+    voice = copy / "assets" / "voices" / "syn_b.npy"
+    data = bytearray(voice.read_bytes())
+    data[-3] ^= 0x10
+    voice.write_bytes(bytes(data))
+    tts = load(copy, backend="torch")
+    assert tts.synthesize(phonemes=SHORT, voice="syn_a").audio.size  # the other voice is intact
+    with pytest.raises(IntegrityError, match=r"voices/syn_b\.npy"):
+        tts.synthesize(phonemes=SHORT, voice="syn_b")
 
 
 def test_tampered_torchscript_fails_sha256(model_dir, tmp_path):
@@ -143,17 +155,37 @@ def test_cli_usage_errors_exit_2(tmp_path):
     assert main(["speak", "Hi", "--speed", "fast", "-o", str(tmp_path / "a.wav")]) == 2
 
 
-def test_cli_run_mil_delegates(tmp_path):
-    if not mil_available():
-        assert main(["run-mil", "x.mlpackage"]) == 1
-        return
-    assert main(["run-mil", "--help"]) == 0
+def test_cli_run_mil_delegates(model_dir, tmp_path, capsys):
+    pkg = model_dir / "packages" / "decoder_pre" / "3s.mlpackage"
+    inputs = model_dir / "export" / "decoder_pre" / "3s.inputs.npz"
+    out = tmp_path / "out.npz"
+    assert main(["run-mil", str(pkg), "--inputs", str(inputs), "-o", str(out)]) == 0
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    entry = next(p for p in manifest["packages"] if p["stage"] == "decoder_pre" and p["bucket"] == "3s")
+    with np.load(out) as got:
+        assert sorted(got.files) == sorted(o["name"] for o in entry["outputs"])
+        assert all(np.isfinite(got[k]).all() for k in got.files)
+    missing = tmp_path / "missing.mlpackage"
+    assert main(["run-mil", str(missing), "--inputs", str(inputs)]) != 0
+    assert "missing.mlpackage" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------- mil
 
 
-@pytest.mark.skipif(not mil_available(), reason="anetts.mil.load_program is not available")
+def test_bundles_serve_every_bucket_from_macos15(model_dir):
+    per_bucket = load(model_dir, backend="mil", deployment_target="macOS14")
+    bundled = load(model_dir, backend="mil", deployment_target="macOS15")
+    entries = bundled.artifacts.entries("generator")
+    assert all(e.path.parent.name == "bundles" and e.function != "main" for e in entries)
+    assert all(e.path.parent.name != "bundles" for e in per_bucket.artifacts.entries("generator"))
+    a = per_bucket.synthesize(phonemes=SHORT, voice="syn_a", seed=0).audio
+    b = bundled.synthesize(phonemes=SHORT, voice="syn_a", seed=0).audio
+    assert a.shape == b.shape and np.array_equal(a, b)  # the same programs, merged
+    with pytest.raises(ArtifactError, match="deployment target 'macOS'"):
+        load(model_dir, backend="mil", deployment_target="macOS")
+
+
 def test_mil_backend_runs_the_packages(model_dir, tts):
     from anetts.runtime.audio import log_mel_similarity
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import anetts.runtime.kokoro as kokoro_runtime
+import anetts.models.kokoro.runtime as kokoro_runtime
 from anetts.models.kokoro.reference import upstream_intermediates
 from anetts.runtime import KokoroRuntime
 from anetts.runtime.audio import log_mel_similarity

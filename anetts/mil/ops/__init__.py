@@ -10,5 +10,6 @@ from . import (  # noqa: F401
     recurrent,
     reduction,
     resize,
+    state,
     tensor_ops,
 )

@@ -203,6 +203,8 @@ def _apply_slices(x: torch.Tensor, plan) -> torch.Tensor:
     squeeze = []
     for d, (start, stop, step, sq) in enumerate(plan):
         n = y.shape[d]
+        if sq:  # before the whole-dim shortcut: a size-1 dim picked by squeeze_mask still goes
+            squeeze.append(d)
         if step == 1:
             if start == 0 and stop >= n:
                 continue
@@ -213,8 +215,6 @@ def _apply_slices(x: torch.Tensor, plan) -> torch.Tensor:
         else:
             idx = torch.arange(start, stop, step, dtype=torch.long)
             y = torch.index_select(y, d, idx) if idx.numel() else y.narrow(d, 0, 0)
-        if sq:
-            squeeze.append(d)
     if squeeze:
         y = y.reshape([s for i, s in enumerate(y.shape) if i not in squeeze])
     return y
@@ -267,12 +267,15 @@ def _slice_update(node: Node) -> Kernel:
 
     def run(x, update, begin, end):
         plan = _slices(tuple(x.shape), ints(begin), ints(end), stride, bm, em, sm)
-        idx = []
-        for start, stop, step, _sq in plan:
-            idx.append(torch.arange(start, stop, step, dtype=torch.long))
+        shape = [len(range(start, stop, step)) for start, stop, step, _sq in plan]
         out = x.clone()
+        if all(step > 0 for _s, _e, step, _sq in plan):
+            # basic slicing writes a view: a KV-cache row update costs one copy of the rows,
+            # not an index grid the size of the update
+            out[tuple(slice(start, stop, step) for start, stop, step, _sq in plan)] = update.reshape(shape).to(x.dtype)
+            return out
+        idx = [torch.arange(start, stop, step, dtype=torch.long) for start, stop, step, _sq in plan]
         grids = torch.meshgrid(*idx, indexing="ij") if idx else ()
-        shape = [len(i) for i in idx]
         out[tuple(grids)] = update.reshape(shape).to(x.dtype)
         return out
 

@@ -12,7 +12,7 @@ Upstream (``kokoro`` 0.9.4) does three things inside the model that we do on the
 
 Everything here reproduces upstream's math operation for operation (including its
 interpolation index arithmetic), so that with the same random draws the host source equals a
-float64 run of upstream to ~1e-12. See /work/shared/reference/kokoro.md sections 4, 5 and 7.
+float64 run of upstream to ~1e-12. See docs/ane-notes.md §4.
 
 Shapes use F = number of 40 Hz duration frames; the F0 curve has 2F points (80 Hz), the
 waveform and the source 600F samples (24 kHz), and ``har`` 120F + 1 STFT frames.
@@ -36,6 +36,9 @@ FRAME_RATE = 40  # duration frames (pred_dur, en, asr) per second
 F0_RATE = 80  # F0 / N / x_pre frames per second
 frames_to_samples = SAMPLE_RATE // FRAME_RATE  # 600 waveform samples per duration frame
 F0_UPSAMPLE = SAMPLE_RATE // F0_RATE  # 300 = prod(upsample_rates) * hop = m_source upsample_scale
+
+STYLE_DIM = 128  # config style_dim: ref_s (1, 256) = [decoder style | prosody style]
+VOICE_ROWS = 510  # rows of a voice pack: one per phoneme count (upstream picks voice[len(phonemes) - 1])
 
 N_FFT = 20  # gen_istft_n_fft; also the forward STFT's filter/window length
 HOP = 5  # gen_istft_hop_size
@@ -62,6 +65,27 @@ class KokoroGeometry:
     frame_rate: int = FRAME_RATE
     f0_rate: int = F0_RATE
     hop: int = HOP
+    n_fft: int = N_FFT
+    upsample_rates: tuple[int, ...] = (10, 6)
+    style_dim: int = STYLE_DIM  # a voice row is [decoder style | prosody style], style_dim each
+    voice_rows: int = VOICE_ROWS  # one style row per phoneme count, 1..510
+
+    @property
+    def ref_s_dim(self) -> int:
+        return 2 * self.style_dim
+
+    def check_config(self, config: dict, where: str = "config.json") -> None:
+        """Raise naming the key when an upstream config disagrees with the geometry the stages and
+        host DSP are written for (e.g. a re-trained model with another vocoder hop)."""
+        ist = config.get("istftnet", {})
+        found = {"style_dim": config.get("style_dim"), "istftnet.gen_istft_hop_size": ist.get("gen_istft_hop_size"),
+                 "istftnet.gen_istft_n_fft": ist.get("gen_istft_n_fft"),
+                 "istftnet.upsample_rates": tuple(ist.get("upsample_rates", ()))}
+        expected = {"style_dim": self.style_dim, "istftnet.gen_istft_hop_size": self.hop,
+                    "istftnet.gen_istft_n_fft": self.n_fft, "istftnet.upsample_rates": self.upsample_rates}
+        for key, want in expected.items():
+            if found[key] != want:
+                raise ValueError(f"{where}: {key} is {found[key]!r}; this build's Kokoro geometry needs {want!r}")
 
     @property
     def samples_per_frame(self) -> int:

@@ -1,7 +1,7 @@
 """Padding-safe versions of upstream Kokoro blocks, built from upstream's own modules.
 
 A static bucket pads the sequence; upstream code assumes the exact length. Padding leaks into
-the valid region three ways (kokoro.md §6): instance-norm statistics over padded frames, AdaIN's
+the valid region three ways (docs/ane-notes.md §5): instance-norm statistics over padded frames, AdaIN's
 beta added to padded frames and then read by the next convolution, and the backward LSTM reading
 padding first. Every function here takes a float validity mask `m` (1 valid, 0 padding) and
 reproduces upstream on the valid region exactly, reading parameters from upstream modules.
@@ -119,7 +119,7 @@ class MaskedBiLSTM(nn.Module):
     runs over the padded input (trailing padding cannot reach the prefix). The backward
     direction is a forward LSTM with the `_reverse` weights over the valid prefix reversed by a
     gather with r[t] = clamp(valid-1-t, 0, T-1); gathering its output with r undoes the reversal.
-    Unrolling cells instead gives >100k ops (kokoro.md §6).
+    Unrolling cells instead gives >100k ops (docs/ane-notes.md §5).
     """
 
     def __init__(self, lstm: nn.LSTM):

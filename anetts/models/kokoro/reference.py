@@ -66,7 +66,7 @@ def upstream_intermediates(model, input_ids: list[int], ref_s: torch.Tensor, spe
     out["pred_dur"] = pred_dur.detach().reshape(-1).numpy().astype(np.int64)
     out["audio"] = audio.detach().float().numpy().reshape(-1)
     out["ref_s"] = ref_s.numpy().astype(np.float32)
-    out["s"] = ref_s[:, 128:].numpy().astype(np.float32)
+    out["s"] = ref_s[:, KOKORO.style_dim:].numpy().astype(np.float32)
     return out
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from anetts.models.kokoro.dsp import KOKORO
+from anetts.models.kokoro.family import DECLARATION
 from anetts.stage import Stage
 
 EXAMPLE_VOICE = "af_heart"  # falls back to the first voice present (synthetic packs are syn_*)
 
-_THIS_DIR = Path(__file__).parent
-_KOKORO_DIR = _THIS_DIR.parent
 
 
 def seconds_geometry(seconds: int) -> dict[str, int]:
-    # one geometry for build and runtime: dsp.KOKORO (kokoro.md §4)
+    # one geometry for build and runtime: dsp.KOKORO
     return {
         "seconds": seconds,
         "frames": KOKORO.frames(seconds),  # alignment frames (asr, en, mask)
@@ -26,16 +25,23 @@ def seconds_geometry(seconds: int) -> dict[str, int]:
 class KokoroStage(Stage):
     """A Kokoro stage bucketed either by tokens (`t128`) or by seconds of audio (`10s`)."""
 
-    bucket_unit = "seconds"  # or "tokens"
-    module_file: Path
+    @property
+    def decl(self):
+        return DECLARATION.stage(self.name)
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.decl.uses_reference
+
+    @property
+    def bucket_unit(self) -> str:
+        return self.decl.bucket_unit
 
     def bucket_name(self, size: int) -> str:
-        return f"t{size}" if self.bucket_unit == "tokens" else f"{size}s"
+        return self.decl.bucket_name(size)
 
     def geometry(self, size: int) -> dict[str, int]:
         return {"tokens": size} if self.bucket_unit == "tokens" else seconds_geometry(size)
 
     def source_files(self) -> list[Path]:
-        files = [self.module_file, _THIS_DIR / "base.py", _KOKORO_DIR / "masked.py", _KOKORO_DIR / "dsp.py"]
-        # stages that build their own examples (not from the shared reference run) use reference.py
-        return files if self.uses_reference else files + [_KOKORO_DIR / "reference.py"]
+        return self.decl.source_paths()

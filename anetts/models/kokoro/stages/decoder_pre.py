@@ -12,7 +12,7 @@ from torch import nn
 
 from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
-from anetts.models.kokoro.dsp import frame_mask, pad_last
+from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
 from anetts.stage import BucketSpec, TensorSpec
 
@@ -25,7 +25,7 @@ class DecoderPreModule(nn.Module):
             dec.F0_conv, dec.N_conv, dec.encode, dec.asr_res, dec.decode)
 
     def forward(self, asr, f0, n_input, ref_s, mask):
-        s = ref_s[:, :128]
+        s = ref_s[:, :KOKORO.style_dim]
         m2 = masked.upsample_mask(mask, 2)
         asr = asr * mask
         f0 = self.F0_conv(f0 * m2) * mask
@@ -45,8 +45,6 @@ class DecoderPreModule(nn.Module):
 class DecoderPreStage(KokoroStage):
     name = "decoder_pre"
     description = "Kokoro decoder encode/decode blocks (the ANE candidate)"
-    module_file = Path(__file__)
-    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
@@ -57,7 +55,7 @@ class DecoderPreStage(KokoroStage):
                 TensorSpec("asr", (1, 512, f), "float32", "text features t_en aligned to frames (40 Hz)"),
                 TensorSpec("f0", (1, 1, f2), "float32", "F0 curve in Hz (80 Hz)"),
                 TensorSpec("n_input", (1, 1, f2), "float32", "noise curve (80 Hz)"),
-                TensorSpec("ref_s", (1, 256), "float32", "voice style; [:, :128] is the decoder style"),
+                TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style; [:, :style_dim] is the decoder style"),
                 TensorSpec("mask", (1, 1, f), "float32", "1 for valid frames, 0 for padding"),
             ),
             outputs=(TensorSpec("x_pre", (1, 512, f2), "float32", "decoder features (80 Hz), 0 on padding"),),

@@ -13,6 +13,7 @@ from torch import nn
 
 from anetts.models.kokoro.masked import MaskedBiLSTM
 from anetts.models.kokoro.reference import FILL, example_token_ids, voice_row
+from anetts.models.kokoro.dsp import KOKORO
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
 from anetts.stage import BucketSpec, TensorSpec
 
@@ -56,7 +57,7 @@ class DurationModule(nn.Module):
         m_btc, m_bct = m.unsqueeze(-1), m.unsqueeze(1)
         bert = self.bert(input_ids, attention_mask=attention_mask)
         d_en = self.bert_encoder(bert).transpose(-1, -2)
-        s = ref_s[:, 128:]
+        s = ref_s[:, KOKORO.style_dim:]
         d = self.duration_encoder(d_en, s, m_btc)
         x = self.pred_lstm(d, m_btc)
         logits = self.duration_proj(x)
@@ -70,8 +71,6 @@ class DurationModule(nn.Module):
 class DurationStage(KokoroStage):
     name = "duration"
     description = "Kokoro duration predictor and text encoders (ALBERT + prosody LSTMs)"
-    bucket_unit = "tokens"
-    module_file = Path(__file__)
 
     def spec(self, size: int) -> BucketSpec:
         t = size
@@ -79,7 +78,7 @@ class DurationStage(KokoroStage):
             self.name, self.bucket_name(size), size, self.geometry(size),
             inputs=(
                 TensorSpec("input_ids", (1, t), "int32", "token ids wrapped with 0 at both ends, zero padded"),
-                TensorSpec("ref_s", (1, 256), "float32", "voice style row voice[len(phonemes)-1]"),
+                TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style row voice[len(phonemes)-1]"),
                 TensorSpec("speed", (1,), "float32", "speaking rate; durations are divided by it"),
                 TensorSpec("attention_mask", (1, t), "int32", "1 for real tokens, 0 for padding"),
             ),
@@ -87,8 +86,8 @@ class DurationStage(KokoroStage):
                 TensorSpec("pred_dur", (1, t), "int32", "frames per token (40 frames/s), 0 on padding"),
                 TensorSpec("d", (1, t, 640), "float32", "prosody features per token"),
                 TensorSpec("t_en", (1, 512, t), "float32", "text encoder features per token"),
-                TensorSpec("s", (1, 128), "float32", "prosody style ref_s[:, 128:]"),
-                TensorSpec("ref_s_out", (1, 256), "float32", "ref_s passed through"),
+                TensorSpec("s", (1, KOKORO.style_dim), "float32", "prosody style ref_s[:, style_dim:]"),
+                TensorSpec("ref_s_out", (1, KOKORO.ref_s_dim), "float32", "ref_s passed through"),
             ),
         )
 

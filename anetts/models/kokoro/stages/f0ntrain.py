@@ -13,7 +13,7 @@ from torch import nn
 
 from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
-from anetts.models.kokoro.dsp import frame_mask, pad_last
+from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
 from anetts.stage import BucketSpec, TensorSpec
 
@@ -38,8 +38,6 @@ class F0NModule(nn.Module):
 class F0NtrainStage(KokoroStage):
     name = "f0ntrain"
     description = "Kokoro F0 and noise predictor"
-    module_file = Path(__file__)
-    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
@@ -48,7 +46,7 @@ class F0NtrainStage(KokoroStage):
             self.name, self.bucket_name(size), size, g,
             inputs=(
                 TensorSpec("en", (1, 640, f), "float32", "prosody features d aligned to frames (40 Hz)"),
-                TensorSpec("s", (1, 128), "float32", "prosody style"),
+                TensorSpec("s", (1, KOKORO.style_dim), "float32", "prosody style"),
                 TensorSpec("mask", (1, 1, f), "float32", "1 for valid frames, 0 for padding"),
             ),
             outputs=(

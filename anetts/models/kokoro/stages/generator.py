@@ -18,7 +18,7 @@ from torch import nn
 
 from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
-from anetts.models.kokoro.dsp import frame_mask, pad_last
+from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
 from anetts.stage import BucketSpec, TensorSpec
 
@@ -66,7 +66,7 @@ class GeneratorModule(nn.Module):
         self.samples_per_frame = gen.stft.hop_length * math.prod(self.rates)
 
     def forward(self, x_pre, ref_s, har, mask):
-        s = ref_s[:, :128]
+        s = ref_s[:, :KOKORO.style_dim]
         x, m = x_pre * mask, mask
         last = len(self.ups) - 1
         for i, (up, noise_conv, noise_res) in enumerate(zip(self.ups, self.noise_convs, self.noise_res)):
@@ -94,8 +94,6 @@ class GeneratorModule(nn.Module):
 class GeneratorStage(KokoroStage):
     name = "generator"
     description = "Kokoro iSTFTNet generator from host-computed har"
-    module_file = Path(__file__)
-    uses_reference = True
 
     def spec(self, size: int) -> BucketSpec:
         g = self.geometry(size)
@@ -103,7 +101,7 @@ class GeneratorStage(KokoroStage):
             self.name, self.bucket_name(size), size, g,
             inputs=(
                 TensorSpec("x_pre", (1, 512, g["f0_frames"]), "float32", "decoder features (80 Hz)"),
-                TensorSpec("ref_s", (1, 256), "float32", "voice style; [:, :128] is the decoder style"),
+                TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style; [:, :style_dim] is the decoder style"),
                 TensorSpec("har", (1, 22, g["har_frames"]), "float32",
                            "STFT magnitude (11) and phase (11) of the hn-NSF source, zero padded"),
                 TensorSpec("mask", (1, 1, g["f0_frames"]), "float32", "1 for valid 80 Hz frames, 0 for padding"),

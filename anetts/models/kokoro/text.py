@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 MAX_TOKENS = 512  # Kokoro context (plbert max positions)
 PAD_TOKENS = 2  # the id-0 wrap at both ends
 MAX_PHONEMES = MAX_TOKENS - PAD_TOKENS  # 510
-TOKENS_PER_SECOND = 16.0  # measured: 44..476 tokens for 2.8..27.4 s of audio (kokoro.md §4)
+TOKENS_PER_SECOND = 16.0  # measured: 44..476 tokens for 2.8..27.4 s of audio (docs/ane-notes.md §4)
 
 # Vocab symbols that carry no sound of their own (pauses/intonation only).
 _SILENT_SYMBOLS = frozenset(' ;:,.!?—…"()“”')

@@ -16,6 +16,7 @@ a chunk whose predicted length still overflows is split again before any frame s
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import numbers
@@ -30,7 +31,8 @@ from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, mak
 from anetts.runtime.backends import StageRunner
 from anetts.runtime.errors import ArtifactError, InputError, TTSError
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
-from anetts.text import MAX_PHONEMES, TextChunk, chunk_text, load_vocab, phoneme_limit, phonemize, tokenize
+from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
+from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, phonemize, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,6 @@ FADE_MS = 5.0
 # calibrated synthetic weights ~14; a lower figure leaves margin, and a chunk that overflows
 # anyway is split again after the duration stage.
 TOKENS_PER_SECOND = 13.0
-VOICE_ROWS = 510
 STAGE_KEYS = ("frontend", "duration", "align", "f0ntrain", "decoder_pre", "har", "generator", "post")
 
 
@@ -173,21 +174,34 @@ def fade_edges(audio: np.ndarray, fade_in: int, fade_out: int) -> np.ndarray:
     return out
 
 
+def _host_params(manifest: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The hn-NSF merge layer (1, 9) and bias (1,), run on the host, from the manifest's `host` block."""
+    try:
+        w = np.asarray(manifest["host"]["l_linear_weight"], dtype=np.float64).reshape(1, 9)
+        b = np.asarray(manifest["host"]["l_linear_bias"], dtype=np.float64).reshape(1)
+    except (KeyError, ValueError, TypeError) as e:
+        raise ArtifactError(f"{where}: bad 'host' block, need l_linear_weight [[9]] and l_linear_bias [1] ({e})") from e
+    if not (np.isfinite(w).all() and np.isfinite(b).all()):
+        raise ArtifactError(f"{where}: host l_linear parameters are not finite")
+    return w, b
+
+
 class KokoroRuntime:
     """Text or phonemes -> 24 kHz float32 audio from a built Kokoro model directory."""
 
     sample_rate = SAMPLE_RATE
 
     def __init__(self, artifacts: ModelArtifacts, backend: StageRunner, *, tokens_per_second: float = TOKENS_PER_SECOND):
-        from anetts.models.kokoro.weights import read_config
-
         self.artifacts = artifacts
         self.backend = backend
         self.tokens_per_second = float(tokens_per_second)
+        vocab_file = artifacts.asset(VOCAB_FILE)
         try:
-            self.vocab = load_vocab(read_config(artifacts.weights_dir))
-        except (ValueError, KeyError, OSError) as e:
-            raise ArtifactError(f"cannot read the vocab of {artifacts.weights_dir}: {e}") from e
+            vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+            self.vocab = {str(k): int(v) for k, v in vocab.items()}
+        except (ValueError, AttributeError, OSError) as e:
+            raise ArtifactError(f"cannot read the vocab {vocab_file}: {e}") from e
+        self.l_linear_weight, self.l_linear_bias = _host_params(artifacts.manifest, str(artifacts.model_dir))
         self._voices: dict[str, np.ndarray] = {}
         self.max_tokens = artifacts.max_tokens("duration")
         self.max_frames = artifacts.max_frames()
@@ -196,9 +210,7 @@ class KokoroRuntime:
 
     @property
     def voices(self) -> list[str]:
-        from anetts.models.kokoro.weights import list_voices
-
-        return list_voices(self.artifacts.weights_dir)
+        return [n[len(VOICES_DIR) + 1:-len(".npy")] for n in self.artifacts.asset_names(f"{VOICES_DIR}/")]
 
     @property
     def default_voice(self) -> str:
@@ -208,7 +220,7 @@ class KokoroRuntime:
             return "af_heart"
         if listed or names:
             return (listed or names)[0]
-        raise ArtifactError(f"no voices in {self.artifacts.weights_dir / 'voices'}")
+        raise ArtifactError(f"no voices listed in the manifest of {self.artifacts.model_dir}")
 
     def voice_pack(self, voice: str | np.ndarray | None) -> np.ndarray:
         """(510, 256) float32 style rows of a named voice (or a given pack)."""
@@ -219,18 +231,19 @@ class KokoroRuntime:
                 names = self.voices
                 if voice not in names:
                     raise InputError(f"unknown voice {voice!r}; available: {names}")
-                from anetts.models.kokoro.weights import WeightsError, load_voice
-
+                path = self.artifacts.asset(f"{VOICES_DIR}/{voice}.npy")
                 try:
-                    pack = load_voice(self.artifacts.weights_dir, voice)
-                except WeightsError as e:
-                    raise ArtifactError(str(e)) from e
-                self._voices[voice] = pack.float().numpy().reshape(VOICE_ROWS, 256)
+                    pack = np.load(path, allow_pickle=False)
+                except (OSError, ValueError) as e:
+                    raise ArtifactError(f"cannot read voice {voice!r} ({path}): {e}") from e
+                if pack.shape != (VOICE_ROWS, STYLE_DIM) or not np.isfinite(pack).all():
+                    raise ArtifactError(f"voice {voice!r} ({path}): expected finite ({VOICE_ROWS}, {STYLE_DIM}), got {pack.shape}")
+                self._voices[voice] = pack.astype(np.float32, copy=False)
             return self._voices[voice]
         pack = np.asarray(getattr(voice, "numpy", lambda: voice)(), dtype=np.float32)
-        if pack.size != VOICE_ROWS * 256:
-            raise InputError(f"a voice pack must have {VOICE_ROWS}x256 values, got shape {pack.shape}")
-        return pack.reshape(VOICE_ROWS, 256)
+        if pack.size != VOICE_ROWS * STYLE_DIM:
+            raise InputError(f"a voice pack must have {VOICE_ROWS}x{STYLE_DIM} values, got shape {pack.shape}")
+        return pack.reshape(VOICE_ROWS, STYLE_DIM)
 
     @staticmethod
     def style_row(pack: np.ndarray, n_phonemes: int) -> np.ndarray:
@@ -354,7 +367,7 @@ class KokoroRuntime:
             })["x_pre"][:, :, :f2]
         with timings("har"):
             draws = SourceDraws.sample(frames * SAMPLES_PER_FRAME, rng)
-            har = make_har(f0[0], A.l_linear_weight, A.l_linear_bias, draws, gen.input("har").shape[-1])
+            har = make_har(f0[0], self.l_linear_weight, self.l_linear_bias, draws, gen.input("har").shape[-1])
         with timings("generator"):
             wav = run("generator", gen.bucket, {
                 "x_pre": pad_last(x_pre, gen.input("x_pre").shape[-1]),

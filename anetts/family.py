@@ -1,0 +1,85 @@
+"""What a model family declares, without importing torch or any upstream package.
+
+The Snakefile reads only this (stage names, bucket naming, source files per stage, upstream
+packages whose versions are rule params, licence), so parsing the workflow stays cheap and a
+family's heavy code is imported by the jobs that run it. The implementation (stage wrappers,
+weights, reference) lives in the module named by `implementation` and is built on `anetts.stage`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PKG = Path(__file__).parent
+
+# bucket unit -> (name of a bucket of `size`, regex matching every such name)
+BUCKET_UNITS = {
+    "tokens": (lambda size: f"t{size}", r"t\d+"),
+    "seconds": (lambda size: f"{size}s", r"\d+s"),
+}
+
+
+@dataclass(frozen=True)
+class StageDecl:
+    name: str
+    bucket_unit: str  # a key of BUCKET_UNITS
+    sources: tuple[str, ...]  # files (relative to anetts/) whose edits must re-export this stage
+    uses_reference: bool = False  # examples come from the family's shared per-bucket reference run
+    description: str = ""
+
+    def __post_init__(self):
+        if self.bucket_unit not in BUCKET_UNITS:
+            raise ValueError(f"stage {self.name}: unknown bucket unit {self.bucket_unit!r}; known: {sorted(BUCKET_UNITS)}")
+
+    def bucket_name(self, size: int) -> str:
+        return BUCKET_UNITS[self.bucket_unit][0](size)
+
+    @property
+    def bucket_regex(self) -> str:
+        return BUCKET_UNITS[self.bucket_unit][1]
+
+    def source_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.sources]
+
+
+@dataclass(frozen=True)
+class FamilyDecl:
+    name: str
+    stages: dict[str, StageDecl]
+    implementation: str  # module with `FAMILY` (an anetts.stage.Family)
+    runtime: str  # "module:Class" the runtime dispatches to for this family's manifests
+    licence: str  # written into every package's metadata and the model card
+    upstream: tuple[str, ...]  # distributions whose versions are params of the rules running upstream code
+    # per weights source: files (relative to anetts/) whose edits change what that source produces
+    weights_code: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    reference_code: tuple[str, ...] = ()
+    assets_code: tuple[str, ...] = ()  # code writing the runtime's assets (vocab, voices, ...)
+    audio: tuple[str, str, int] | None = None  # (stage, output, sample rate) of the audio a build makes
+
+    def stage(self, name: str) -> StageDecl:
+        if name not in self.stages:
+            raise KeyError(f"family {self.name!r} has no stage {name!r}; stages: {sorted(self.stages)}")
+        return self.stages[name]
+
+    def weights_paths(self, source: str) -> list[Path]:
+        if source not in self.weights_code:
+            raise KeyError(f"family {self.name!r} has no weights source {source!r}; sources: {sorted(self.weights_code)}")
+        return [_PKG / s for s in self.weights_code[source]]
+
+    def reference_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.reference_code]
+
+    def assets_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.assets_code]
+
+
+def bucket_regex(decls) -> str:
+    """One wildcard constraint matching every bucket name any of `decls`' stages can produce."""
+    patterns = sorted({s.bucket_regex for d in decls for s in d.stages.values()})
+    return "|".join(f"(?:{p})" for p in patterns)
+
+
+def check_bucket_name(decl: StageDecl, bucket: str) -> None:
+    if not re.fullmatch(decl.bucket_regex, bucket):
+        raise ValueError(f"stage {decl.name}: bucket {bucket!r} does not match {decl.bucket_regex}")

@@ -1,0 +1,227 @@
+"""The upstream reference: fish-speech 0.1.0's Dual-AR, adapted to run an S2 checkpoint.
+
+fish-speech 0.1.0 (PyPI, Apache-2.0) has S2's inference modules (fused wqkv, QK RMSNorm before
+interleaved RoPE with a bf16 table, GQA by repeat_interleave, SwiGLU, KV caches,
+`forward_generate` / `forward_generate_fast`) but predates S2's files. This module is the one
+place that bridges the gap:
+  1. config: nested fish_qwen3_omni -> flat `DualARModelArgs` (scale_codebook_embeddings on);
+  2. weights: checkpoint names `text_model.model.X` -> `X`, `audio_decoder.codebook_embeddings`
+     -> `codebook_embeddings`, other `audio_decoder.X` -> `fast_X`;
+  3. the fast AR takes the *final-normed* slow hidden state (S2's norm_fastlayer_input);
+     0.1.0 passes the pre-norm one, which leaves slow logits right and every code wrong;
+  4. semantic ids come from config.json (0.1.0 reads them from its tiktoken tokenizer);
+  5. the decode step is S2's (logit bias to the semantic ids and <|im_end|>, codebook 0 from the
+     semantic token, 9 fast passes over all codebook_size logits), not 0.1.0's
+     decode_one_token_ar (which cuts fast logits to 1024 and applies a repetition penalty).
+The codec (the sixth adaptation, its import shims) belongs to the codec stage.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from anetts.models.fish import tokenizer as tok
+from anetts.models.fish.config import FishConfig
+from anetts.models.fish.weights import FAST_PREFIX, SLOW_PREFIX, load_state, read_config
+
+REFERENCE_FRAMES = 16
+# Residual codebooks of the S2 codec hold 1024 entries, a quarter of the semantic 4096;
+# reference prompts keep that ratio for the synthetic presets.
+RESIDUAL_FRACTION = 4
+
+
+def from_s2_key(name: str) -> str:
+    """Checkpoint tensor name -> fish-speech 0.1.0 parameter name."""
+    if name.startswith(SLOW_PREFIX):
+        return name[len(SLOW_PREFIX):]
+    if name.startswith(f"{FAST_PREFIX}codebook_embeddings."):
+        return name[len(FAST_PREFIX):]
+    if name.startswith(FAST_PREFIX):
+        return "fast_" + name[len(FAST_PREFIX):]
+    raise KeyError(f"not an S2 checkpoint tensor name: {name}")
+
+
+def model_args(cfg: FishConfig):
+    from fish_speech.models.text2semantic.llama import DualARModelArgs
+
+    s, f = cfg.slow, cfg.fast
+    return DualARModelArgs(
+        model_type="dual_ar", vocab_size=s.vocab_size, n_layer=s.n_layer, n_head=s.n_head,
+        n_local_heads=s.n_local_heads, head_dim=s.head_dim, dim=s.dim, intermediate_size=s.intermediate_size,
+        rope_base=s.rope_base, norm_eps=s.norm_eps, max_seq_len=s.max_seq_len, dropout=0.0,
+        tie_word_embeddings=s.tie_word_embeddings, attention_qkv_bias=False, attention_o_bias=False,
+        attention_qk_norm=s.qk_norm, use_gradient_checkpointing=False,
+        scale_codebook_embeddings=True,  # S2 divides semantic positions by sqrt(num_codebooks + 1)
+        codebook_size=cfg.codebook_size, num_codebooks=cfg.num_codebooks,
+        n_fast_layer=f.n_layer, fast_dim=f.dim, fast_n_head=f.n_head, fast_n_local_heads=f.n_local_heads,
+        fast_head_dim=f.head_dim, fast_intermediate_size=f.intermediate_size,
+        fast_attention_qkv_bias=False, fast_attention_qk_norm=f.qk_norm, fast_attention_o_bias=False,
+    )
+
+
+class SemanticIds:
+    """The three attributes fish-speech 0.1.0 reads from its tokenizer object."""
+
+    def __init__(self, cfg: FishConfig):
+        self.semantic_begin_id = cfg.semantic_begin_id
+        self.semantic_end_id = cfg.semantic_end_id
+        self.semantic_id_to_token_id = {i: cfg.semantic_begin_id + i for i in range(cfg.n_semantic)}
+
+
+@lru_cache(maxsize=1)
+def s2_model_class():
+    from fish_speech.models.text2semantic.llama import BaseTransformer, DualARTransformer
+
+    class S2DualARTransformer(DualARTransformer):
+        """fish-speech 0.1.0 DualARTransformer with S2's final-normed fast-AR input."""
+
+        def forward_generate(self, inp, input_pos=None, audio_masks=None, audio_parts=None):
+            r = BaseTransformer.forward_generate(self, inp, input_pos, audio_masks, audio_parts)
+            r.hidden_states = self.fast_project_in(self.norm(r.hidden_states))
+            return r
+
+    return S2DualARTransformer
+
+
+def load_reference_model(weights_dir: Path, dtype: torch.dtype = torch.float32):
+    """The upstream model with every checkpoint tensor loaded (strict), in eval mode."""
+    cfg = read_config(weights_dir)
+    model = s2_model_class()(model_args(cfg), tokenizer=SemanticIds(cfg))
+    state = {from_s2_key(k): v for k, v in load_state(weights_dir, dtype).items()}
+    model.load_state_dict(state, strict=True)
+    return model.to(dtype).eval(), cfg
+
+
+# ---------------------------------------------------------------------------------------
+# A realistic prompt and the greedy reference decode
+# ---------------------------------------------------------------------------------------
+
+def semantic_bias(cfg: FishConfig) -> torch.Tensor:
+    """Upstream's logit bias: only semantic tokens and <|im_end|> can be sampled."""
+    bias = torch.full((cfg.slow.vocab_size,), -math.inf)
+    bias[cfg.semantic_begin_id:cfg.semantic_end_id + 1] = 0.0
+    bias[cfg.im_end_id] = 0.0
+    return bias
+
+
+def make_prompt(cfg: FishConfig, tokenizer, text: str = "The quick brown fox jumps over the lazy dog.",
+                reference_text: str = "A short reference sentence.", reference_frames: int = 8,
+                seed: int = 1) -> np.ndarray:
+    """An S2-shaped (1 + num_codebooks, T) prompt: a system turn with a reference transcript and
+    `reference_frames` frames of all codebooks, a user turn with the text, an open voice turn.
+
+    The turn wording is ours (the runtime's prompt builder owns the exact upstream template);
+    what matters here is the mix the slow AR sees: text ids, semantic ids with 10 codebook rows.
+    """
+    g = np.random.default_rng(seed)
+    codes = np.zeros((cfg.num_codebooks, reference_frames), dtype=np.int64)
+    codes[0] = g.integers(0, cfg.codebook_size, reference_frames)
+    codes[1:] = g.integers(0, max(1, cfg.codebook_size // RESIDUAL_FRACTION), (cfg.num_codebooks - 1, reference_frames))
+
+    def ids(s: str) -> list[int]:
+        return tokenizer.encode(s, add_special_tokens=False).ids
+
+    head = ids(f"<|im_start|>system\nSpeak like this speaker.\n<|speaker:0|>{reference_text}<|audio_start|>")
+    tail = ids(f"<|audio_end|><|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n<|voice|>")
+    T = len(head) + reference_frames + len(tail)
+    prompt = np.zeros((cfg.num_codebooks + 1, T), dtype=np.int64)
+    prompt[0, :len(head)] = head
+    span = slice(len(head), len(head) + reference_frames)
+    prompt[0, span] = cfg.semantic_begin_id + codes[0]
+    prompt[1:, span] = codes
+    prompt[0, span.stop:] = tail
+    return prompt
+
+
+def _reset_fast_cache(model) -> None:
+    for layer in model.fast_layers:
+        layer.attention.kv_cache.k_cache.zero_()
+        layer.attention.kv_cache.v_cache.zero_()
+
+
+@torch.inference_mode()
+def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int = REFERENCE_FRAMES) -> dict:
+    """Greedy S2 decode: prefill the prompt, then `n_frames` slow steps each followed by 10 fast passes.
+
+    Returns numpy arrays (frame 0's slow step is the prefill's last position):
+      slow_logits (F, V)          full slow logits before the bias
+      slow_hidden (F, D)          final-normed slow state (the fast AR's input)
+      prefill_layer_hidden (L+1, T, D)  residual stream of every prompt position before layer 0..L-1 and after the last
+      decode_layer_hidden (F-1, L+1, D) the same for each decode step
+      semantic_tokens (F,), codes (F, num_codebooks), fast_logits (F, num_codebooks, codebook_size)
+      positions (F,)              slow position that produced each frame
+    """
+    dtype = next(model.parameters()).dtype
+    T = prompt.shape[1]
+    if T + n_frames > cfg.slow.max_seq_len:
+        raise ValueError(f"prompt of {T} tokens + {n_frames} frames exceeds max_seq_len {cfg.slow.max_seq_len}")
+    model.setup_caches(max_batch_size=1, max_seq_len=cfg.slow.max_seq_len, dtype=dtype)
+    bias = semantic_bias(cfg)
+    captured: list[torch.Tensor] = []
+    hooks = [model.layers[0].register_forward_pre_hook(lambda m, a: captured.append(a[0][0].clone()))]
+    hooks += [layer.register_forward_hook(lambda m, a, out: captured.append(out[0].clone())) for layer in model.layers]
+    out = {k: [] for k in ("slow_logits", "slow_hidden", "semantic_tokens", "codes", "fast_logits", "positions",
+                           "decode_layer_hidden")}
+    try:
+        x, pos = torch.from_numpy(prompt)[None], torch.arange(T)
+        for f in range(n_frames):
+            captured.clear()
+            r = model.forward_generate(x, pos)
+            layer_hidden = torch.stack(captured)  # (L+1, S, D)
+            if f == 0:
+                out["prefill_layer_hidden"] = layer_hidden.float().numpy()
+            else:
+                out["decode_layer_hidden"].append(layer_hidden[:, -1].float().numpy())
+            logits, hidden = r.logits[0, -1].float(), r.hidden_states[0, -1]
+            token = int(torch.argmax(logits + bias))
+            codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
+            _reset_fast_cache(model)
+            fast_logits = [model.forward_generate_fast(hidden[None], torch.tensor([0]))[0, -1].float()]
+            h = model.fast_embeddings(torch.tensor([codes[0]]))
+            for i in range(1, cfg.num_codebooks):
+                fl = model.forward_generate_fast(h, torch.tensor([i]))[0, -1].float()
+                fast_logits.append(fl)
+                codes.append(int(torch.argmax(fl)))
+                h = model.fast_embeddings(torch.tensor([codes[-1]]))
+            out["slow_logits"].append(logits.numpy())
+            out["slow_hidden"].append(hidden.float().numpy())
+            out["semantic_tokens"].append(token)
+            out["codes"].append(codes)
+            out["fast_logits"].append(torch.stack(fast_logits).numpy())
+            out["positions"].append(int(pos[-1]))
+            x = torch.tensor([token, *codes]).view(1, cfg.num_codebooks + 1, 1)
+            pos = torch.tensor([T + f])
+    finally:
+        for h in hooks:
+            h.remove()
+    result = {k: np.asarray(v) for k, v in out.items() if k != "prefill_layer_hidden"}
+    result["decode_layer_hidden"] = np.asarray(out["decode_layer_hidden"]).reshape(
+        n_frames - 1, cfg.slow.n_layer + 1, cfg.slow.dim)
+    result["prefill_layer_hidden"] = out["prefill_layer_hidden"]
+    result["prompt"] = prompt
+    result["semantic_tokens"] = result["semantic_tokens"].astype(np.int64)
+    result["codes"] = result["codes"].astype(np.int64)
+    return result
+
+
+def write_reference(weights_dir: Path, out_path: Path, n_frames: int = REFERENCE_FRAMES) -> dict:
+    """Run the reference decode on a weights directory and save it as npz (atomically)."""
+    weights_dir, out_path = Path(weights_dir), Path(out_path)
+    model, cfg = load_reference_model(weights_dir)
+    tk = tok.load_tokenizer(weights_dir / tok.TOKENIZER_NAME, cfg)
+    result = reference_decode(model, cfg, make_prompt(cfg, tk), n_frames)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".npz", dir=out_path.parent)
+    os.close(fd)
+    try:
+        np.savez(tmp, **result)
+        os.replace(tmp, out_path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return result

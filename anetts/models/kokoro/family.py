@@ -1,0 +1,38 @@
+"""Kokoro's declaration: what the workflow needs to know without importing torch or kokoro."""
+from __future__ import annotations
+
+from anetts.family import FamilyDecl, StageDecl
+
+_K = "models/kokoro"
+# every stage wrapper imports these (masking, geometry, shared stage base)
+_SHARED = (f"{_K}/stages/base.py", f"{_K}/masked.py", f"{_K}/dsp.py")
+# stages that build their own examples (not from the shared reference run) use reference.py
+_OWN_EXAMPLES = (f"{_K}/reference.py", f"{_K}/data/example_phonemes.txt")
+_WEIGHTS_COMMON = ("weights.py", f"{_K}/weights.py")
+
+DECLARATION = FamilyDecl(
+    name="kokoro",
+    stages={
+        "duration": StageDecl("duration", "tokens", (f"{_K}/stages/duration.py", *_SHARED, *_OWN_EXAMPLES),
+                              description="ALBERT + text encoder + duration predictor: token ids -> durations"),
+        "f0ntrain": StageDecl("f0ntrain", "seconds", (f"{_K}/stages/f0ntrain.py", *_SHARED), uses_reference=True,
+                              description="prosody LSTM: aligned features -> F0 and energy curves"),
+        "decoder_pre": StageDecl("decoder_pre", "seconds", (f"{_K}/stages/decoder_pre.py", *_SHARED),
+                                 uses_reference=True, description="decoder encode/decode blocks before the vocoder"),
+        "generator": StageDecl("generator", "seconds", (f"{_K}/stages/generator.py", *_SHARED), uses_reference=True,
+                               description="iSTFTNet vocoder up to the spectrogram and phase"),
+    },
+    implementation="anetts.models.kokoro.impl",
+    runtime="anetts.models.kokoro.runtime:KokoroRuntime",
+    licence="Apache-2.0 (Kokoro-82M weights by hexgrad)",
+    upstream=("kokoro", "transformers"),
+    weights_code={
+        "synthetic": (*_WEIGHTS_COMMON, f"{_K}/synthetic.py", f"{_K}/presets.py", f"{_K}/data/weight_stats.json",
+                      f"{_K}/reference.py", f"{_K}/data/example_phonemes.txt"),
+        "hf": _WEIGHTS_COMMON,
+        "local": _WEIGHTS_COMMON,
+    },
+    reference_code=(f"{_K}/reference.py", f"{_K}/dsp.py", f"{_K}/data/example_phonemes.txt"),
+    assets_code=(f"{_K}/assets.py", f"{_K}/weights.py"),
+    audio=("generator", "waveform", 24000),
+)

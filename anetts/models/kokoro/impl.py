@@ -1,0 +1,43 @@
+"""Kokoro's implementation: stage wrappers on upstream modules, weights, the shared reference run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from anetts.models.kokoro import synthetic as _synthetic
+from anetts.models.kokoro.assets import write_runtime_assets
+from anetts.models.kokoro import weights as _weights
+from anetts.models.kokoro.family import DECLARATION
+from anetts.models.kokoro.stages.decoder_pre import DecoderPreStage
+from anetts.models.kokoro.stages.duration import DurationStage
+from anetts.models.kokoro.stages.f0ntrain import F0NtrainStage
+from anetts.models.kokoro.stages.generator import GeneratorStage
+from anetts.stage import Family
+
+
+def _load_model(weights_dir: Path, stage: str | None = None):
+    # Kokoro is 82M parameters: every stage loads the whole upstream KModel (a family with
+    # billions, like Fish, loads only the layers of `stage`)
+    return _weights.prepare_for_trace(_weights.load_kmodel(weights_dir))
+
+
+def _make_reference(model, weights_dir: Path, seconds: int) -> dict:
+    from anetts.models.kokoro.reference import example_for_seconds
+    from anetts.models.kokoro.stages.base import EXAMPLE_VOICE
+
+    return example_for_seconds(model, weights_dir, seconds, EXAMPLE_VOICE)
+
+
+FAMILY = Family(
+    name=DECLARATION.name,
+    stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
+    load_model=_load_model,
+    weights_files=(_weights.CONFIG_NAME, _weights.CHECKPOINT_NAME),
+    voice_file=lambda name: f"{_weights.VOICES_DIR}/{name}.pt",
+    default_voices=("af_heart",),
+    synthetic_voices=_synthetic.SYNTHETIC_VOICES,
+    synthesize=_synthetic.make_synthetic,
+    validate_weights=_weights.validate_weights_dir,
+    make_reference=_make_reference,
+    host_params=_weights.host_dsp_params,
+    write_runtime_assets=write_runtime_assets,
+)

@@ -1,0 +1,73 @@
+"""Conversion options and parity gates: their defaults and enums live in the config schema only.
+
+Torch-free, so the workflow (at parse time) and the conversion/parity jobs build them the same way.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict:
+    import yaml
+
+    return yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+
+
+def _defaults(properties: dict) -> dict:
+    return {k: v["default"] for k, v in properties.items() if "default" in v}
+
+
+def stage_defaults() -> dict:
+    """Per-stage conversion defaults (deployment target, precision, compute units, rewrite, lint)."""
+    stage = schema()["properties"]["families"]["additionalProperties"]["properties"]["stages"]["additionalProperties"]
+    return _defaults(stage["properties"])
+
+
+def gate_defaults() -> dict:
+    return _defaults(schema()["$defs"]["gate"]["properties"])
+
+
+def _default(name: str):
+    return field(default_factory=lambda: stage_defaults()[name])
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """ConvertOptions() is the schema's defaults; ConvertOptions.make(**stage_block) normalises a config block."""
+
+    deployment_target: str = _default("deployment_target")  # a coremltools.target name
+    precision: str = _default("precision")  # fp16 | fp32 compute
+    compute_units: str = _default("compute_units")  # a hint recorded in metadata; CoreML picks units at load time
+    linear_rewrite: str = _default("linear_rewrite")  # auto | none | conv1d | conv2d (anetts.compile.rewrite)
+    fatal_lint: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fatal_lint"]))
+
+    @classmethod
+    def make(cls, **overrides) -> "ConvertOptions":
+        """The schema's defaults with `overrides` (a stage's config block)."""
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown conversion option(s) {sorted(unknown)}")
+        values = {**stage_defaults(), **overrides}
+        values["fatal_lint"] = tuple(sorted(values["fatal_lint"]))
+        return cls(**values)
+
+
+def _gate_default(name: str):
+    return field(default_factory=lambda: gate_defaults()[name])
+
+
+@dataclass(frozen=True)
+class Gate:
+    min_snr_db: float = _gate_default("min_snr_db")  # below: the package is rejected
+    target_snr_db: float = _gate_default("target_snr_db")  # below: accepted with a warning
+    # integer outputs (durations): fp16 may flip a rounding boundary
+    min_exact_fraction: float = _gate_default("min_exact_fraction")
+
+    @classmethod
+    def make(cls, **overrides) -> "Gate":
+        return cls(**{**gate_defaults(), **overrides})

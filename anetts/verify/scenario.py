@@ -1,0 +1,285 @@
+"""Stateful parity: a *scenario* is a sequence of calls (e.g. prefill, then k decode steps) with
+the package's state carried from one call to the next, each call scored against the upstream
+eager run of the same calls on its valid region.
+
+A single-call parity cannot see state bugs: a KV cache written at the wrong position, or read
+before it is written, only shows in the calls after it.  So the eager module runs the same
+calls in order, its buffers playing the state (zero-filled first, as Core ML's `makeState()`
+allocates them), and every call's outputs (and, where a region is given, the state's valid
+part: the cache rows written so far) go through the parity gate (`anetts.verify.parity.Gate`).
+
+The eager references are recorded once (`record_eager`, the only part that needs torch) and can
+be stored with the inputs (`save_scenario`), so scoring a package (`run_scenario`) loads neither
+the model nor TorchScript, like `anetts.verify.parity`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from anetts.artifacts import atomic_outputs, write_json
+from anetts.provenance import provenance
+from anetts.stage import FunctionSpec
+from anetts.verify.metrics import compare
+from anetts.verify.parity import Gate, ParityError, _score, _valid
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a scenario: which function, its inputs, and what of its results is valid.
+
+    `valid`: per output, (axis, length) of the valid part (absent or None: all of it).
+    `state_valid`: per state, (axis, length) of the part the calls so far have written; states
+    not named here are not compared (their unwritten part is zeros in Core ML and whatever the
+    module's buffer held in eager)."""
+
+    function: str
+    inputs: Mapping[str, np.ndarray]
+    valid: Mapping[str, tuple[int, int] | None] = field(default_factory=dict)
+    state_valid: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    functions: Mapping[str, FunctionSpec]  # every function the calls use, by name
+    calls: tuple[Call, ...]
+
+    def __post_init__(self):
+        if not self.calls:
+            raise ValueError(f"scenario {self.name}: no calls")
+        states = None
+        for i, c in enumerate(self.calls):
+            if c.function not in self.functions:
+                raise ValueError(f"scenario {self.name}: call {i} uses unknown function {c.function!r}; "
+                                 f"functions: {sorted(self.functions)}")
+            fn = self.functions[c.function]
+            for t in fn.inputs:
+                if t.name not in c.inputs:
+                    raise ValueError(f"scenario {self.name}: call {i} ({c.function}) lacks input {t.name!r}")
+                t.check(np.asarray(c.inputs[t.name]), f"scenario {self.name} call {i} ({c.function})")
+            extra = sorted(set(c.inputs) - {t.name for t in fn.inputs})
+            if extra:
+                raise ValueError(f"scenario {self.name}: call {i} ({c.function}) has unknown inputs {extra}")
+            unknown = sorted(set(c.state_valid) - {t.name for t in fn.states})
+            if unknown:
+                raise ValueError(f"scenario {self.name}: call {i} ({c.function}) names unknown states {unknown}")
+            key = tuple((t.name, t.shape, t.dtype) for t in fn.states)
+            if states is not None and key != states:
+                # one state object flows through every call, so every function must declare it alike
+                raise ValueError(f"scenario {self.name}: function {c.function!r} declares other states "
+                                 f"than the calls before it")
+            states = key
+
+    @property
+    def states(self):
+        return self.functions[self.calls[0].function].states
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "functions": {k: f.to_json() for k, f in self.functions.items()},
+                "calls": [{"function": c.function, "valid": {k: list(v) for k, v in c.valid.items() if v is not None},
+                           "state_valid": {k: list(v) for k, v in c.state_valid.items()}} for c in self.calls]}
+
+
+# ------------------------------------------------------------------------------ eager side
+def record_eager(module, scenario: Scenario) -> list[dict[str, np.ndarray]]:
+    """Run the calls on the eager torch `module` in order; per call, its outputs and states.
+
+    `module.forward` takes the function's inputs in spec order (whatever function a call
+    names: one module serves every entry point, as one set of weights does in the package) and
+    updates the state buffers (`register_buffer` named like the states) in place.  The buffers
+    are zeroed first, because Core ML allocates states zero-filled.  Returns, per call,
+    `{output name: array, "state/<name>": array}` in float32 / int32.
+    """
+    import torch
+
+    buffers = dict(module.named_buffers())
+    missing = [t.name for t in scenario.states if t.name not in buffers]
+    if missing:
+        raise ValueError(f"scenario {scenario.name}: the module has no buffers {missing}; "
+                         f"buffers: {sorted(buffers)}")
+    out = []
+    with torch.no_grad():
+        for t in scenario.states:
+            buffers[t.name].zero_()
+        for c in scenario.calls:
+            fn = scenario.functions[c.function]
+            args = tuple(torch.from_numpy(np.ascontiguousarray(c.inputs[t.name])) for t in fn.inputs)
+            res = module(*args)
+            res = res if isinstance(res, tuple) else (res,)
+            if len(res) != len(fn.outputs):
+                raise ValueError(f"scenario {scenario.name}: {c.function} returned {len(res)} outputs, "
+                                 f"its spec has {len(fn.outputs)}")
+            rec = {t.name: r.detach().cpu().numpy().astype(t.np_dtype) for t, r in zip(fn.outputs, res)}
+            for t in fn.states:
+                rec[f"state/{t.name}"] = buffers[t.name].detach().cpu().float().numpy().copy()
+            out.append(rec)
+    return out
+
+
+def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """Inputs, regions and eager references in one .npz (atomic), for `load_scenario`."""
+    if len(reference) != len(scenario.calls):
+        raise ValueError(f"scenario {scenario.name}: {len(reference)} references for {len(scenario.calls)} calls")
+    arrays = {"__scenario__": np.array(json.dumps(scenario.to_json()))}
+    for i, (c, ref) in enumerate(zip(scenario.calls, reference)):
+        arrays.update({f"call{i}/input/{k}": np.asarray(v) for k, v in c.inputs.items()})
+        arrays.update({f"call{i}/eager/{k}": np.asarray(v) for k, v in ref.items()})
+    with atomic_outputs(Path(path)) as (tmp,):
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+
+def load_scenario(path: Path) -> tuple[Scenario, list[dict[str, np.ndarray]]]:
+    with np.load(path) as z:
+        if "__scenario__" not in z.files:
+            raise ParityError(f"{path}: not a scenario file (no __scenario__ entry)")
+        meta = json.loads(str(z["__scenario__"]))
+        functions = {k: FunctionSpec.from_json(f) for k, f in meta["functions"].items()}
+        calls, refs = [], []
+        for i, c in enumerate(meta["calls"]):
+            inputs = {t.name: z[f"call{i}/input/{t.name}"] for t in functions[c["function"]].inputs}
+            prefix = f"call{i}/eager/"
+            refs.append({k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)})
+            calls.append(Call(c["function"], inputs, {k: tuple(v) for k, v in c["valid"].items()},
+                              {k: tuple(v) for k, v in c["state_valid"].items()}))
+    return Scenario(meta["name"], functions, tuple(calls)), refs
+
+
+# ------------------------------------------------------------------------------ package side
+def _score_call(scenario: Scenario, i: int, outputs: Mapping[str, np.ndarray], states: Mapping[str, np.ndarray] | None,
+                reference: Mapping[str, np.ndarray], gate: Gate, gate_states: bool) -> dict:
+    c = scenario.calls[i]
+    fn = scenario.functions[c.function]
+    missing = [t.name for t in fn.outputs if t.name not in reference]
+    if missing:
+        raise ParityError(f"scenario {scenario.name}: call {i} reference lacks outputs {missing}")
+    scored = _score(fn, outputs, reference, dict(c.valid), gate)
+    scored_states = {}
+    if states is not None:
+        for name, region in c.state_valid.items():
+            key = f"state/{name}"
+            if key not in reference:
+                raise ParityError(f"scenario {scenario.name}: call {i} reference lacks {key}")
+            ref = _valid(np.asarray(reference[key], np.float32), tuple(region))
+            got = _valid(np.asarray(states[name], np.float32), tuple(region))
+            scored_states[name] = compare(ref, got)
+    worst = scored["min_snr_db"]
+    passed = scored["passed"]
+    if gate_states and scored_states:
+        s_worst = min(m["snr_db"] for m in scored_states.values())
+        worst = s_worst if worst is None else min(worst, s_worst)
+        passed = passed and s_worst >= gate.min_snr_db
+    return {"call": i, "function": c.function, "outputs": scored["outputs"], "states": scored_states,
+            "min_snr_db": worst, "passed": bool(passed),
+            "meets_target": bool(passed and (worst is None or worst >= gate.target_snr_db))}
+
+
+def _run_backend(scenario: Scenario, reference, gate: Gate, gate_states: bool, make_state, call) -> dict:
+    state = make_state()
+    calls, seconds = [], 0.0
+    for i, c in enumerate(scenario.calls):
+        t0 = time.perf_counter()
+        outputs, states = call(c, state)
+        seconds += time.perf_counter() - t0
+        calls.append(_score_call(scenario, i, outputs, states, reference[i], gate, gate_states))
+    worst = [r["min_snr_db"] for r in calls if r["min_snr_db"] is not None]
+    return {"calls": calls, "min_snr_db": min(worst) if worst else None,
+            "passed": all(r["passed"] for r in calls),
+            "meets_target": all(r["meets_target"] for r in calls), "seconds": round(seconds, 4)}
+
+
+def _macos_version() -> tuple[int, ...] | None:
+    if sys.platform != "darwin":
+        return None
+    import platform
+
+    return tuple(int(x) for x in platform.mac_ver()[0].split(".")[:2] if x.isdigit()) or None
+
+
+def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]], gate: Gate,
+                 gate_states: bool = True, compute_units: str = "CPU_AND_GPU") -> dict:
+    """Play the scenario on the package with one state carried through all calls; score each call.
+
+    Backends: the MIL reference executor everywhere; Core ML on macOS (one `MLModel` per
+    function, one state made from the first call's function and passed to every call — the
+    functions share it as they declare the same states).  `gate_states`: the states' valid
+    regions count towards the gate, not only the outputs.
+    """
+    if len(reference) != len(scenario.calls):
+        raise ParityError(f"scenario {scenario.name}: {len(reference)} references for {len(scenario.calls)} calls")
+    from anetts.mil import load_program
+
+    program = load_program(package)
+    missing = sorted({c.function for c in scenario.calls} - set(program.function_names))
+    if missing:
+        raise ParityError(f"{package}: scenario {scenario.name} calls functions {missing}; "
+                          f"the package has {program.function_names}")
+    first = scenario.calls[0].function
+
+    def mil_call(c: Call, state):
+        out = program.run(dict(c.inputs), function_name=c.function, state=state)
+        return out, (state.to_numpy() if state is not None else None)
+
+    has_states = bool(scenario.states)
+    backends = {"mil": _run_backend(scenario, reference, gate, gate_states,
+                                    (lambda: program.make_state(first)) if has_states else (lambda: None), mil_call)}
+    macos = _macos_version()
+    if macos is not None and (macos >= (15, 0) or not has_states):  # Core ML states need macOS 15
+        import coremltools as ct
+
+        models = {name: ct.models.MLModel(str(package), compute_units=ct.ComputeUnit[compute_units],
+                                          function_name=name) for name in {c.function for c in scenario.calls}}
+
+        def cm_call(c: Call, state):
+            m = models[c.function]
+            out = m.predict(dict(c.inputs), state=state) if state is not None else m.predict(dict(c.inputs))
+            states = {t.name: state.read_state(t.name) for t in scenario.states} if state is not None else None
+            return out, states
+
+        backends["coreml"] = {**_run_backend(scenario, reference, gate, gate_states,
+                                             (lambda: models[first].make_state()) if has_states else (lambda: None),
+                                             cm_call), "compute_units": compute_units}
+    elif macos is not None:
+        backends["coreml"] = {"skipped": f"Core ML states need macOS 15 (this is {'.'.join(map(str, macos))})"}
+    else:
+        backends["coreml"] = {"skipped": f"CoreML predict needs macOS (this is {sys.platform})"}
+    gated = [b for b in backends.values() if "passed" in b]
+    return {"scenario": scenario.name, "package": str(package), "gate": asdict(gate), "gate_states": gate_states,
+            "calls": [{"function": c.function, "valid": {k: list(v) for k, v in c.valid.items() if v is not None},
+                       "state_valid": {k: list(v) for k, v in c.state_valid.items()}} for c in scenario.calls],
+            "backends": backends, "passed": all(b["passed"] for b in gated), "provenance": provenance()}
+
+
+def per_call_db(report: dict, backend: str = "mil") -> list[float | None]:
+    """The worst gated SNR (dB) of each call, in call order."""
+    return [r["min_snr_db"] for r in report["backends"][backend]["calls"]]
+
+
+def check_scenario(report: dict, out_json: Path) -> dict:
+    """Write the report if every call of every backend passed; else write `.failed.json` and raise."""
+    out_json = Path(out_json)
+    if report["passed"]:
+        with atomic_outputs(out_json) as (tmp,):
+            write_json(tmp, report)
+        return report
+    failed = out_json.with_name(out_json.stem + ".failed.json")
+    write_json(failed, report)
+    bad = {name: [(r["call"], r["function"], r["min_snr_db"]) for r in b["calls"] if not r["passed"]]
+           for name, b in report["backends"].items() if "passed" in b and not b["passed"]}
+    raise ParityError(f"scenario {report['scenario']} failed its parity gate (min {report['gate']['min_snr_db']} dB) "
+                      f"at (call, function, dB) {bad}; report: {failed}")
+
+
+__all__ = ["Call", "Scenario", "check_scenario", "load_scenario", "per_call_db", "record_eager", "run_scenario",
+           "save_scenario"]

@@ -1,0 +1,13 @@
+rule runtime_assets:
+    """Files the runtime reads besides packages (Kokoro: vocab and voice packs), listed in the manifest."""
+    input:
+        weights="artifacts/{model}/weights",
+        code=lambda w: WF.assets_code(w.model),
+    output:
+        directory("artifacts/{model}/assets"),
+    params:
+        family=lambda w: WF.family_of(w.model),
+    log:
+        "artifacts/{model}/logs/runtime_assets.log",
+    script:
+        "../workflow_scripts/assets.py"

@@ -1,0 +1,26 @@
+"""Fish fixtures: fish-tiny weights and one upstream reference decode, built once per session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def fish_tiny(tmp_path_factory) -> Path:
+    from anetts.models.fish.weights import materialize
+
+    out = tmp_path_factory.mktemp("fish") / "weights"
+    materialize({"source": "synthetic", "preset": "fish-tiny", "seed": 0}, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fish_reference(fish_tiny):
+    """(model, config, prompt, decode result) of the upstream reference on fish-tiny."""
+    from anetts.models.fish import reference as R
+    from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer
+
+    model, cfg = R.load_reference_model(fish_tiny)
+    prompt = R.make_prompt(cfg, load_tokenizer(fish_tiny / TOKENIZER_NAME, cfg))
+    return model, cfg, prompt, R.reference_decode(model, cfg, prompt)
