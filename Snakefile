@@ -20,6 +20,7 @@ include: "rules/manifest.smk"
 include: "rules/aimodel.smk"
 include: "rules/publish.smk"
 include: "rules/compress.smk"
+include: "rules/report.smk"  # last: it reads the other rules' benchmark patterns
 
 
 rule all:
@@ -31,3 +32,4 @@ rule all:
         WF.aimodel_parity_reports(config["model"]) if WF.aimodel_in_all() else [],
         # compressed variants only where config sets `in_all: true` (else `snakemake variants`)
         VC.targets(config["model"], VC.in_all()),
+        str(artifacts.report_path(config["model"])),

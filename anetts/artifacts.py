@@ -76,6 +76,15 @@ def manifest_path(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "manifest.json"
 
 
+def bench_dir(model: str, root: Path = ARTIFACTS) -> Path:
+    """Where `anetts bench` writes, and where the report looks for bench JSONs (also ones sent back)."""
+    return model_dir(model, root) / "bench"
+
+
+def report_path(model: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "report.html"
+
+
 def write_json(path: Path, data) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
 

@@ -49,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("args", nargs=argparse.REMAINDER)
     i.set_defaults(func=_inspect)
 
+    b = sub.add_parser("bench", help="benchmark a built model on this machine: load, first-call and warm times, "
+                                     "end-to-end RTF, upstream side by side (anetts.bench)", add_help=False)
+    b.add_argument("args", nargs=argparse.REMAINDER)
+    b.set_defaults(func=_bench)
+
+    r = sub.add_parser("report", help="render <model-dir>/report.html from a built model (anetts.report)", add_help=False)
+    r.add_argument("args", nargs=argparse.REMAINDER)
+    r.set_defaults(func=_report)
+
     v = sub.add_parser("verify", help="re-check every manifested file's sha256; --repair removes bad ones so "
                                       "`snakemake all` rebuilds them (anetts.verify.files)", add_help=False)
     v.add_argument("args", nargs=argparse.REMAINDER)
@@ -165,6 +174,14 @@ def _inspect(args) -> int:
     return _delegate("anetts.compile.inspect", "inspect", args.args)
 
 
+def _bench(args) -> int:
+    return _delegate("anetts.bench", "bench", args.args)
+
+
+def _report(args) -> int:
+    return _delegate("anetts.report", "report", args.args)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
@@ -172,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run_mil(argparse.Namespace(args=argv[1:]))
     if argv[:1] == ["inspect"]:
         return _inspect(argparse.Namespace(args=argv[1:]))
+    if argv[:1] == ["bench"]:
+        return _bench(argparse.Namespace(args=argv[1:]))
+    if argv[:1] == ["report"]:
+        return _report(argparse.Namespace(args=argv[1:]))
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: usage errors (2) and --help (0) as a return code

@@ -138,6 +138,9 @@ class WorkflowConfig:
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
 
+    def report_code(self) -> list[str]:
+        return self._rel([*sorted((_PKG / "report").glob("*.py")), _PKG / "bench.py"])
+
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
         gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))

@@ -28,25 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from anetts.bench import PASSAGE, TARGETS_S, choose_prefixes  # noqa: E402  (one passage, one cut for both harnesses)
 from anetts.models.kokoro.weights import load_kmodel  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.runtime import load  # noqa: E402
-from anetts.models.kokoro.text import phonemize  # noqa: E402
 
 log = logging.getLogger("runtime_vs_upstream")
 
-PASSAGE = (
-    "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips after "
-    "decades of salt and wind. Every evening the keeper climbed the narrow stairs, counted the steps "
-    "out of habit, and lit the lamp before the last of the daylight faded over the water. Ships passed "
-    "far out at sea, their lights small and steady, and none of the sailors ever knew his name. In the "
-    "winter the storms came from the north, and the waves broke so hard against the rocks that the whole "
-    "tower seemed to tremble. He kept a journal of the weather, the birds, and the boats, writing a few "
-    "careful lines each night by the glow of the great lens. Years later, when the light was automated "
-    "and the keeper moved to the village, people found the journals stacked neatly in a cupboard, "
-    "hundreds of pages describing a life spent watching the horizon and waiting for nothing in particular."
-)
-TARGETS_S = (3, 7, 15, 30)
 
 
 def _median(xs):
@@ -91,43 +79,6 @@ class UpstreamStageClock:
             "generator": t1 - m["gen_start"],
         }
         return out, t1 - t0, stages
-
-
-def choose_prefixes(tts, words: list[str], voice: str, speed: float, lang: str, targets=TARGETS_S) -> list[dict]:
-    """For each target, the longest word prefix of the passage whose predicted frames fit it."""
-    pack = tts.voice_pack(voice)
-    cache: dict[int, dict] = {}
-
-    def measure(k: int) -> dict:
-        if k not in cache:
-            text = " ".join(words[:k])
-            ps = phonemize(text, lang)
-            ids, _ = tts._tokenize(ps)
-            if len(ids) > tts.max_tokens:
-                cache[k] = {"k": k, "frames": 10**9}
-            else:
-                ref_s = tts.style_row(pack, len(ps))
-                frames = int(tts.predict_durations(ids, ref_s=ref_s, speed=speed).sum())
-                cache[k] = {"k": k, "text": text, "phonemes": ps, "ids": ids, "ref_s": ref_s, "frames": frames}
-        return cache[k]
-
-    chosen = []
-    for target in targets:
-        cap = min(target * 40, tts.max_frames)
-        lo, hi = 1, len(words)
-        if measure(lo)["frames"] > cap:
-            raise SystemExit(f"even one word exceeds {target} s")
-        while lo < hi:  # largest k with frames(k) <= cap (frames grow with k, near enough)
-            mid = (lo + hi + 1) // 2
-            if measure(mid)["frames"] <= cap:
-                lo = mid
-            else:
-                hi = mid - 1
-        c = dict(measure(lo), target_s=target)
-        if chosen and c["k"] == chosen[-1]["k"]:
-            log.warning("target %s s gives the same text as %s s (passage or buckets too short)", target, chosen[-1]["target_s"])
-        chosen.append(c)
-    return chosen
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,508 @@
+"""``anetts bench``: the benchmark harness users run on their own machine (Apple Silicon above all).
+
+What one run measures, on a built model directory:
+
+- per package: verification (sha256) and load time (Core ML: load + on-device compile), the first
+  call separately, then warm calls;
+- end to end through the runtime (``synthesize_tokens``) for a fixed passage cut to about 3, 7, 15
+  and 30 s of audio (only the lengths the model's buckets can hold), with per-stage times and RTF;
+- side by side, the upstream PyTorch ``KModel`` on CPU and, where torch has it, MPS, on the same
+  token ids, style row and speed, so the speed ratio is measured on the user's machine;
+- peak RSS, and on macOS with Core ML the ``MLComputePlan`` placement of every package's ops.
+
+Timing schedule: ``warmup`` untimed calls per case, then ``iterations`` rounds in each of which
+every case runs once, in an order shuffled by a seeded RNG (counterbalanced: no case always runs
+first or right after the same neighbour). Statistics: median, p90, p95, min, mean.
+
+The JSON goes to ``<model_dir>/bench/<chip>-<backend>-<UTC>.json`` and carries provenance; the
+model's HTML report reads every JSON in that folder, so a file sent back from a Mac shows up there.
+The ``coreml`` backend needs macOS and is refused elsewhere before anything runs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import logging
+import math
+import platform
+import random
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from anetts import artifacts
+from anetts.provenance import provenance
+
+log = logging.getLogger(__name__)
+
+BENCH_KIND = "anetts-bench"
+BENCH_SCHEMA = 1
+BACKENDS = ("torch", "coreml", "mil")
+COMPUTE_UNITS = ("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
+UPSTREAM_DEVICES = ("cpu", "mps")
+# A fixed passage (same as benchmarks/runtime_vs_upstream.py) cut to these audio lengths.
+PASSAGE = (
+    "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips after "
+    "decades of salt and wind. Every evening the keeper climbed the narrow stairs, counted the steps "
+    "out of habit, and lit the lamp before the last of the daylight faded over the water. Ships passed "
+    "far out at sea, their lights small and steady, and none of the sailors ever knew his name. In the "
+    "winter the storms came from the north, and the waves broke so hard against the rocks that the whole "
+    "tower seemed to tremble. He kept a journal of the weather, the birds, and the boats, writing a few "
+    "careful lines each night by the glow of the great lens. Years later, when the light was automated "
+    "and the keeper moved to the village, people found the journals stacked neatly in a cupboard, "
+    "hundreds of pages describing a life spent watching the horizon and waiting for nothing in particular."
+)
+TARGETS_S = (3, 7, 15, 30)
+FRAMES_PER_SECOND = 40
+
+
+class BenchError(RuntimeError):
+    """A benchmark that cannot run as asked (platform, arguments, artifacts)."""
+
+
+# ---------------------------------------------------------------------------------- statistics
+
+def stats(samples: list[float]) -> dict:
+    """Median, p90, p95 (linear interpolation), min, mean of wall seconds, and the samples."""
+    if not samples:
+        raise BenchError("no timed samples (iterations must be >= 1)")
+    a = np.asarray(samples, dtype=np.float64)
+    return {"n": int(a.size), "median_s": float(np.median(a)), "p90_s": float(np.percentile(a, 90)),
+            "p95_s": float(np.percentile(a, 95)), "min_s": float(a.min()), "mean_s": float(a.mean()),
+            "samples_s": [float(x) for x in a]}
+
+
+def schedule(cases: list[str], iterations: int, seed: int) -> list[list[str]]:
+    """One shuffled order of the cases per iteration, reproducible from the seed."""
+    rng = random.Random(seed)
+    rounds = []
+    for _ in range(iterations):
+        order = list(cases)
+        rng.shuffle(order)
+        rounds.append(order)
+    return rounds
+
+
+def peak_rss_bytes() -> int:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)  # bytes on macOS, KiB on Linux
+
+
+# ---------------------------------------------------------------------------------- naming
+
+def chip_name() -> str:
+    """The processor as a person would name it: `Apple M2 Pro` on a Mac, the CPU model elsewhere."""
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                 check=True, timeout=10).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def slug(text: str, limit: int = 40) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return (s[:limit].rstrip("-")) or "unknown"
+
+
+def bench_path(model_dir: Path, chip: str, backend: str, when: _dt.datetime) -> Path:
+    model_dir = Path(model_dir)
+    stamp = when.strftime("%Y%m%dT%H%M%SZ")
+    return artifacts.bench_dir(model_dir.name, root=model_dir.parent) / f"{slug(chip)}-{backend}-{stamp}.json"
+
+
+def parse_compute_units(values: list[str] | None) -> str | dict[str, str] | None:
+    """`ALL` for every stage, or `stage=UNITS` pairs; None keeps the manifest's per-stage units."""
+    if not values:
+        return None
+    if len(values) == 1 and "=" not in values[0]:
+        if values[0] not in COMPUTE_UNITS:
+            raise BenchError(f"--compute-units {values[0]!r}: choose one of {list(COMPUTE_UNITS)} or STAGE=UNITS")
+        return values[0]
+    out = {}
+    for v in values:
+        stage, sep, cu = v.partition("=")
+        if not sep or cu not in COMPUTE_UNITS:
+            raise BenchError(f"--compute-units {v!r}: expected STAGE=UNITS with UNITS in {list(COMPUTE_UNITS)}")
+        out[stage] = cu
+    return out
+
+
+# ---------------------------------------------------------------------------------- texts
+
+def choose_prefixes(tts, words: list[str], voice: str, speed: float, lang: str, targets=TARGETS_S) -> list[dict]:
+    """For each target (s), the longest word prefix of the passage whose predicted frames fit it."""
+    from anetts.models.kokoro.text import phonemize
+
+    pack = tts.voice_pack(voice)
+    cache: dict[int, dict] = {}
+
+    def measure(k: int) -> dict:
+        if k not in cache:
+            text = " ".join(words[:k])
+            ps = phonemize(text, lang)
+            ids, _ = tts._tokenize(ps)
+            if len(ids) > tts.max_tokens:
+                cache[k] = {"k": k, "frames": 10**9}
+            else:
+                ref_s = tts.style_row(pack, len(ps))
+                frames = int(tts.predict_durations(ids, ref_s=ref_s, speed=speed).sum())
+                cache[k] = {"k": k, "text": text, "phonemes": ps, "ids": ids, "ref_s": ref_s, "frames": frames}
+        return cache[k]
+
+    chosen = []
+    for target in targets:
+        cap = min(target * FRAMES_PER_SECOND, tts.max_frames)
+        lo, hi = 1, len(words)
+        if measure(lo)["frames"] > cap:
+            raise BenchError(f"even one word of the passage exceeds {target} s")
+        while lo < hi:  # largest k with frames(k) <= cap (frames grow with k, near enough)
+            mid = (lo + hi + 1) // 2
+            if measure(mid)["frames"] <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        c = dict(measure(lo), target_s=target)
+        if chosen and c["k"] == chosen[-1]["k"]:
+            log.warning("target %s s gives the same text as %s s (passage or buckets too short)", target, chosen[-1]["target_s"])
+        chosen.append(c)
+    return chosen
+
+
+def usable_targets(targets, max_frames: int) -> list[int]:
+    """The targets the largest seconds bucket can hold; the largest bucket itself if none can."""
+    fit = [t for t in targets if t * FRAMES_PER_SECOND <= max_frames]
+    return fit or [max_frames // FRAMES_PER_SECOND]
+
+
+# ---------------------------------------------------------------------------------- upstream
+
+def _upstream_device(device: str):
+    import torch
+
+    if device == "cpu":
+        return torch.device("cpu"), None
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if sys.platform != "darwin" or mps is None or not mps.is_available():
+            return None, f"torch has no MPS device on this machine ({sys.platform}, torch {torch.__version__})"
+        return torch.device("mps"), None
+    raise BenchError(f"--upstream {device!r}: choose from {list(UPSTREAM_DEVICES)}")
+
+
+def _upstream_runner(kmodel, device):
+    import torch
+
+    model = kmodel.to(device)
+
+    def run(text: dict) -> float:
+        ids = torch.tensor([text["ids"]], dtype=torch.long, device=device)
+        ref = torch.from_numpy(text["ref_s"]).to(device)
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            audio, _ = model.forward_with_tokens(ids, ref, text["speed"])
+            if device.type == "mps":
+                torch.mps.synchronize()
+        return time.perf_counter() - t0
+
+    return run
+
+
+# ---------------------------------------------------------------------------------- the run
+
+def _example_inputs(entry) -> dict[str, np.ndarray]:
+    path = entry.example_inputs
+    if path is None or not Path(path).is_file():
+        raise BenchError(f"{entry.label}: example inputs {path} are missing (the manifest's example_inputs); "
+                         "the bench times each package on its build's own example inputs")
+    with np.load(path) as z:
+        missing = [t.name for t in entry.inputs if t.name not in z.files]
+        if missing:
+            raise BenchError(f"{entry.label}: {path} lacks inputs {missing}")
+        return {t.name: np.ascontiguousarray(z[t.name]).astype(t.np_dtype, copy=False) for t in entry.inputs}
+
+
+def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None, iterations: int = 5,
+              warmup: int = 2, seed: int = 0, targets=TARGETS_S, voice: str | None = None, speed: float = 1.0,
+              lang: str = "en-us", upstream=UPSTREAM_DEVICES, threads: int | None = None,
+              compute_plan: bool = True) -> dict:
+    """Run the whole harness; returns the JSON-ready result (see the module docstring)."""
+    from anetts.runtime import default_backend, load
+
+    backend = default_backend() if backend in (None, "auto") else backend
+    if backend not in BACKENDS:
+        raise BenchError(f"--backend {backend!r}: choose from {list(BACKENDS)}")
+    if backend == "coreml" and sys.platform != "darwin":
+        raise BenchError(f"--backend coreml needs macOS (Core ML runs only there); this platform is {sys.platform!r} "
+                         f"({platform.system()} {platform.machine()}). Use --backend torch or --backend mil here, "
+                         "and run the coreml bench on a Mac")
+    if iterations < 1 or warmup < 0:
+        raise BenchError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
+    if backend != "coreml" and compute_units is not None:
+        raise BenchError(f"--compute-units applies to the coreml backend only, not {backend!r}")
+    started = _dt.datetime.now(_dt.timezone.utc)
+    t_start = time.perf_counter()
+
+    tts = load(model_dir, backend=backend, threads=threads, compute_units=compute_units)
+    runner, arts = tts.backend, tts.artifacts
+    entries = [arts.package(s, b) for s, b in sorted(arts.packages)]
+
+    # -- per package: verify, load (+ compile), first call ---------------------------------
+    stages: dict[str, dict] = {}
+    inputs: dict[str, dict] = {}
+    for e in entries:
+        t0 = time.perf_counter()
+        arts.verify(e, torchscript=getattr(runner, "uses_torchscript", False))
+        t1 = time.perf_counter()
+        runner.prepare(e.stage, e.bucket)
+        t2 = time.perf_counter()
+        inputs[e.label] = _example_inputs(e)
+        runner.run(e.stage, e.bucket, inputs[e.label])
+        t3 = time.perf_counter()
+        cu = runner.compute_units(e.stage, e) if hasattr(runner, "compute_units") else None
+        stages[e.label] = {"stage": e.stage, "bucket": e.bucket, "function": e.function, "compute_units": cu,
+                           "verify_s": t1 - t0, "load_s": t2 - t1, "first_call_s": t3 - t2}
+    rss_after_load = peak_rss_bytes()
+
+    # -- end-to-end texts and upstream sides -----------------------------------------------
+    voice = voice or tts.default_voice
+    texts = choose_prefixes(tts, PASSAGE.split(), voice, speed, lang, tuple(usable_targets(targets, tts.max_frames)))
+    for t in texts:
+        t["speed"] = speed
+    upstream_runs, upstream_info = {}, {}
+    if upstream:
+        from anetts.models.kokoro.weights import load_kmodel
+
+        for dev_name in upstream:
+            device, reason = _upstream_device(dev_name)
+            if device is None:
+                upstream_info[dev_name] = {"available": False, "reason": reason}
+                continue
+            t0 = time.perf_counter()
+            kmodel = load_kmodel(arts.model_dir / arts.manifest.get("weights_dir", "weights"))
+            upstream_runs[dev_name] = _upstream_runner(kmodel, device)
+            upstream_info[dev_name] = {"available": True, "load_s": time.perf_counter() - t0}
+
+    e2e_last: dict[int, object] = {}
+
+    def run_e2e(t):
+        r = tts.synthesize_tokens(t["ids"], ref_s=t["ref_s"], speed=speed, seed=0)
+        e2e_last[t["target_s"]] = r
+        return r.timings["total"], r.timings
+
+    cases: dict[str, callable] = {}
+    for e in entries:
+        cases[f"stage:{e.label}"] = (lambda e=e: (_timed(lambda: runner.run(e.stage, e.bucket, inputs[e.label])), None))
+    for t in texts:
+        cases[f"e2e:{t['target_s']}"] = (lambda t=t: run_e2e(t))
+        for dev_name, run in upstream_runs.items():
+            cases[f"upstream-{dev_name}:{t['target_s']}"] = (lambda t=t, run=run: (run(t), None))
+
+    for _ in range(max(warmup, 1) if upstream_runs else warmup):
+        for name in list(cases):
+            if name not in cases:  # dropped with its failed upstream device
+                continue
+            try:
+                cases[name]()
+            except Exception as err:  # noqa: BLE001 - upstream on MPS can lack ops; keep the rest of the run
+                if not name.startswith("upstream-"):
+                    raise
+                dev_name = name.split(":")[0].removeprefix("upstream-")
+                upstream_info[dev_name] = {"available": False, "reason": f"upstream failed: {type(err).__name__}: {err}"}
+                upstream_runs.pop(dev_name, None)
+                for other in [n for n in cases if n.startswith(f"upstream-{dev_name}:")]:
+                    del cases[other]
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    details: dict[str, list[dict]] = {name: [] for name in cases}
+    rounds = schedule(list(cases), iterations, seed)
+    for i, order in enumerate(rounds):
+        for name in order:
+            wall, extra = cases[name]()
+            samples[name].append(wall)
+            if extra is not None:
+                details[name].append(extra)
+        log.info("iteration %d/%d done", i + 1, iterations)
+
+    for e in entries:
+        stages[e.label]["warm"] = stats(samples[f"stage:{e.label}"])
+
+    e2e = []
+    for t in texts:
+        key = t["target_s"]
+        r = e2e_last[key]
+        warm = stats(samples[f"e2e:{key}"])
+        stage_keys = [k for k in details[f"e2e:{key}"][0] if k not in ("total", "load")]
+        row = {"target_s": key, "text": t["text"], "n_phonemes": len(t["phonemes"]), "n_tokens": len(t["ids"]),
+               "frames": t["frames"], "audio_s": r.seconds, "buckets": r.buckets, "warm": warm,
+               "rtf_median": warm["median_s"] / r.seconds,
+               "stages_median_s": {k: float(np.median([d.get(k, 0.0) for d in details[f"e2e:{key}"]])) for k in stage_keys},
+               "upstream": {}}
+        for dev_name in upstream_runs:
+            up = stats(samples[f"upstream-{dev_name}:{key}"])
+            row["upstream"][dev_name] = {"warm": up, "rtf_median": up["median_s"] / r.seconds,
+                                         "ratio_upstream_over_runtime": up["median_s"] / warm["median_s"]}
+        e2e.append(row)
+
+    plan = _compute_plans(entries, runner) if compute_plan else {"available": False, "reason": "not requested"}
+    import torch
+
+    return {
+        "kind": BENCH_KIND,
+        "schema": BENCH_SCHEMA,
+        "model": arts.name,
+        "model_dir": str(model_dir),
+        "backend": backend,
+        "compute_units": compute_units,
+        "chip": chip_name(),
+        "created_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "wall_s": time.perf_counter() - t_start,
+        "settings": {"iterations": iterations, "warmup": warmup, "seed": seed, "voice": voice, "speed": speed,
+                     "lang": lang, "targets_s": [t["target_s"] for t in texts], "upstream": list(upstream or []),
+                     "torch_threads": torch.get_num_threads(), "schedule": rounds},
+        "stages": list(stages.values()),
+        "end_to_end": e2e,
+        "upstream": upstream_info,
+        "memory": {"peak_rss_bytes_after_load": rss_after_load, "peak_rss_bytes": peak_rss_bytes()},
+        "compute_plan": plan,
+        "notes": ["times are wall seconds; end to end = runtime synthesize_tokens from token ids (no G2P)",
+                  "load_s: backend load of the package (Core ML: load and on-device compile); "
+                  "first_call_s: the first predict after it",
+                  "upstream: KModel.forward_with_tokens on the same ids, style row and speed"],
+        "provenance": provenance(),
+    }
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _compute_plans(entries, runner) -> dict:
+    """MLComputePlan placement per package (macOS, coreml backend); a reason otherwise."""
+    if runner.name != "coreml":
+        return {"available": False, "reason": f"compute plans need the coreml backend on macOS (backend {runner.name})"}
+    from anetts.compile.inspect import compute_plan
+
+    out = {"available": True, "packages": {}}
+    for e in entries:
+        cu = runner.compute_units(e.stage, e)
+        try:
+            plan = compute_plan(e.path, cu)
+        except Exception as err:  # noqa: BLE001 - MLComputePlan needs macOS 14.4+; record why, keep the timings
+            out["packages"][e.label] = {"error": f"{type(err).__name__}: {err}"}
+            continue
+        fn = plan.get(e.function) or next(iter(plan.values()))
+        out["packages"][e.label] = {k: fn[k] for k in ("compute_units", "by_device", "cost_by_device", "ane_op_fraction")}
+    return out
+
+
+# ---------------------------------------------------------------------------------- validation
+
+def validate_bench(data, where: str) -> dict:
+    """Check a bench JSON's shape (what the report reads); raise naming the file and the key."""
+    if not isinstance(data, dict):
+        raise BenchError(f"{where}: a bench JSON must be an object")
+    if data.get("kind") != BENCH_KIND:
+        raise BenchError(f"{where}: kind must be {BENCH_KIND!r}, got {data.get('kind')!r}")
+    if data.get("schema") != BENCH_SCHEMA:
+        raise BenchError(f"{where}: schema {data.get('schema')!r} is not {BENCH_SCHEMA} (an older or newer anetts?)")
+    for key in ("model", "backend", "chip", "created_utc", "settings", "stages", "end_to_end", "memory", "provenance"):
+        if key not in data:
+            raise BenchError(f"{where}: missing key {key!r}")
+    for i, s in enumerate(data["stages"]):
+        for key in ("stage", "bucket", "load_s", "first_call_s", "warm"):
+            if key not in s:
+                raise BenchError(f"{where}: stages[{i}] lacks {key!r}")
+        _check_stats(s["warm"], f"{where}: stages[{i}].warm")
+    for i, r in enumerate(data["end_to_end"]):
+        for key in ("target_s", "audio_s", "warm", "rtf_median"):
+            if key not in r:
+                raise BenchError(f"{where}: end_to_end[{i}] lacks {key!r}")
+        _check_stats(r["warm"], f"{where}: end_to_end[{i}].warm")
+    return data
+
+
+def _check_stats(s, where: str) -> None:
+    for key in ("n", "median_s", "p90_s", "p95_s"):
+        v = s.get(key) if isinstance(s, dict) else None
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise BenchError(f"{where}.{key} must be a finite number >= 0, got {v!r}")
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="anetts bench", description="Benchmark a built model on this machine: per-package "
+                                "load, first-call and warm times, end-to-end RTF, and upstream PyTorch side by side.")
+    p.add_argument("--model-dir", type=Path, required=True, help="built model directory (artifacts/<model>)")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="coreml (macOS, default there), torch (default "
+                   "elsewhere) or mil")
+    p.add_argument("--compute-units", nargs="+", default=None, metavar="UNITS",
+                   help=f"coreml: one of {', '.join(COMPUTE_UNITS)} for every stage, or STAGE=UNITS pairs "
+                        "(default: per stage from the manifest)")
+    p.add_argument("--iterations", type=int, default=5, help="timed rounds, each case once per round (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls per case first (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the per-round order (default 0)")
+    p.add_argument("--targets", type=int, nargs="+", default=list(TARGETS_S), help="audio seconds (default 3 7 15 30)")
+    p.add_argument("--voice", default=None)
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--lang", default="en-us")
+    p.add_argument("--upstream", nargs="*", default=list(UPSTREAM_DEVICES), choices=UPSTREAM_DEVICES,
+                   help="upstream PyTorch devices timed side by side (default: cpu mps; none: --upstream)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (torch backend and upstream)")
+    p.add_argument("--no-compute-plan", action="store_true", help="skip MLComputePlan placement (coreml)")
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="JSON path (default <model-dir>/bench/<chip>-<backend>-<UTC>.json)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from anetts.runtime import TTSError
+
+    try:
+        cu = parse_compute_units(args.compute_units)
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        result = run_bench(args.model_dir, args.backend, compute_units=cu, iterations=args.iterations,
+                           warmup=args.warmup, seed=args.seed, targets=args.targets, voice=args.voice,
+                           speed=args.speed, lang=args.lang, upstream=args.upstream, threads=args.threads,
+                           compute_plan=not args.no_compute_plan)
+        validate_bench(result, "bench result")
+        when = _dt.datetime.strptime(result["created_utc"], "%Y-%m-%dT%H:%M:%SZ")
+        out = args.output or bench_path(args.model_dir, result["chip"], result["backend"], when)
+        with artifacts.atomic_outputs(out) as (tmp,):
+            artifacts.write_json(tmp, result)
+    except (BenchError, TTSError) as e:
+        print(f"anetts bench: error: {e}", file=sys.stderr)
+        return 1
+    for r in result["end_to_end"]:
+        ups = ", ".join(f"upstream {d} x{u['ratio_upstream_over_runtime']:.2f}" for d, u in r["upstream"].items())
+        print(f"{r['target_s']:>3} s target: {r['audio_s']:.2f} s audio, median {r['warm']['median_s']:.3f} s "
+              f"(p95 {r['warm']['p95_s']:.3f}), RTF {r['rtf_median']:.3f}" + (f"; {ups}" if ups else ""))
+    print(f"wrote {out} ({result['backend']} on {result['chip']}); send this file back to be shown in the report")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

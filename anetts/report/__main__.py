@@ -1,0 +1,5 @@
+import sys
+
+from anetts.report import main
+
+sys.exit(main())
