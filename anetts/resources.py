@@ -68,6 +68,7 @@ RULES: dict[str, RuleSpec] = {
     "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket")),
     "variant_manifest": RuleSpec(1, "packages", ("variant",)),
     "variants_summary": RuleSpec(1, "packages", ()),
+    "report": RuleSpec(1, "packages", ()),
 }
 # Rules without an action: never submitted, nothing to declare.
 ACTIONLESS_RULES = ("all", "aimodels", "variants", "publish")
