@@ -201,3 +201,20 @@ def test_stage_arguments_are_checked(setup):
     assert chunk_bounds(36, 4) == [(0, 9), (9, 18), (18, 27), (27, 36)] and chunk_bounds(5, 2) == [(0, 3), (3, 5)]
     assert [s.name for s in st.states(CONTEXT)] == ["k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1"]
     assert st.states(CONTEXT)[0].shape == (1, cfg.slow.n_local_heads, CONTEXT, cfg.slow.head_dim)
+
+
+def test_layer_norm_rms_lowering_is_the_same_norm(fish_tiny, setup):
+    """RMSNorm as LayerNorm(concat(x, -x)) (the fp16-safe lowering) equals the decomposed one."""
+    from anetts.models.fish.stages.layers import rms_norm
+
+    model, cfg, prompt, ref, chunks, *_ = setup
+    x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)) * 40
+    w = torch.rand(64) + 0.5
+    torch.testing.assert_close(rms_norm(x, w, 1e-6, "layer_norm"), rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown RMSNorm lowering 'fused'"):
+        rms_norm(x, w, 1e-6, "fused")
+    st = SlowChunkStage(cfg, chunks[-1].start, chunks[-1].stop, PREFILL, lowering="layer_norm")
+    hin, hout = slow_io(ref, model, st.start, st.stop, cfg.slow.n_layer)
+    sc = st.scenario(hin[:prompt.shape[1] + 2], prompt.shape[1], CONTEXT)
+    rec = record_eager(st.build_function(st.load_model(fish_tiny, CONTEXT), "decode"), sc)
+    np.testing.assert_allclose(rec[-1]["hidden_out"][0, 0], hout[prompt.shape[1] + 1], atol=1e-4)
