@@ -152,7 +152,7 @@ def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
     assert report["passed"] and len(dbs) == SCENARIO_FRAMES * cfg.num_codebooks and top1 == 1.0
 
 
-def test_perturbed_twins_fail_the_gate(setup, tmp_path):
+def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp_path):
     model, cfg, prompt, ref, chunks, head, fast, modules = setup
     last = chunks[-1]
     hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
@@ -163,7 +163,16 @@ def test_perturbed_twins_fail_the_gate(setup, tmp_path):
     print(f"perturbed {last.name}: {[round(d, 1) for d in dbs]}")
     assert all(d < 35.0 for d in dbs)
 
-    sc = head.scenario(ref["slow_hidden"][:4])
+    # a half-split RoPE twin (NeoX rotate_half on the unpermuted weights) passes at position 0,
+    # where RoPE is the identity (all an earlier port ever checked), and fails at every later one
+    half = SlowChunkStage(cfg, last.start, last.stop, PREFILL, rope="half_split")
+    pkg = export_stage(half.build_function(half.load_model(fish_tiny, CONTEXT), "decode"), decode,
+                       tmp_path / "half", OPTIONS, META, last.name)[0]
+    dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE))
+    print(f"half-split RoPE {last.name}, decode at positions 0..3: {[round(d, 1) for d in dbs]}")
+    assert dbs[0] >= 35.0 and all(d < 35.0 for d in dbs[1:])
+
+    sc = head.scenario(ref["slow_hidden"][:2])
     pkg = export_stage(perturbed(modules["lm_head"]), head.functions(), tmp_path, OPTIONS, META, "lm_head")[0]
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(modules["lm_head"], sc), GATE))
     print(f"perturbed lm_head: {[round(d, 1) for d in dbs]}")
@@ -201,6 +210,12 @@ def test_stage_arguments_are_checked(setup):
     assert chunk_bounds(36, 4) == [(0, 9), (9, 18), (18, 27), (27, 36)] and chunk_bounds(5, 2) == [(0, 3), (3, 5)]
     assert [s.name for s in st.states(CONTEXT)] == ["k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1"]
     assert st.states(CONTEXT)[0].shape == (1, cfg.slow.n_local_heads, CONTEXT, cfg.slow.head_dim)
+    from anetts.models.fish.config import FishConfig
+    from anetts.models.fish.presets import preset
+
+    s2 = LMHeadStage(FishConfig.from_dict(preset("fish-s2-pro").config)).bytes_per_token()
+    assert (s2["restricted_rows"], s2["full_rows"]) == (4097, 155776)  # 4096 semantic ids + <|im_end|>
+    assert s2["restricted_bytes"] == 4097 * 2560 * 2 and s2["full_bytes"] == 155776 * 2560 * 2
 
 
 def test_layer_norm_rms_lowering_is_the_same_norm(fish_tiny, setup):

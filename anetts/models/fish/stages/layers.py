@@ -19,6 +19,9 @@ from anetts.models.fish.config import ARDims
 # exp(MASKED - max) underflows to exactly 0 in the softmax.
 MASKED = -1e4
 RMS_LOWERINGS = ("decomposed", "layer_norm")
+# "half_split" (NeoX rotate_half on unpermuted weights) is wrong for Fish: it exists as the
+# negative control that parity must reject.
+ROPE_LAYOUTS = ("interleaved", "half_split")
 
 
 def rope_table(positions: int, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,12 +55,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.stack([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1).reshape(b, t, h, hd)
 
 
+def apply_rope_half_split(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX layout: rotate (x[i], x[i + hd/2]); not Fish's, see ROPE_LAYOUTS."""
+    b, t, h, hd = x.shape
+    x0, x1 = x[..., :hd // 2], x[..., hd // 2:]
+    c, s = cos.reshape(1, t, 1, hd // 2), sin.reshape(1, t, 1, hd // 2)
+    return torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1)
+
+
 class Block(nn.Module):
     """One pre-norm transformer block (upstream TransformerBlock) with its KV cache held by the owner."""
 
-    def __init__(self, d: ARDims, tensors: dict[str, torch.Tensor], prefix: str, lowering: str = "decomposed"):
+    def __init__(self, d: ARDims, tensors: dict[str, torch.Tensor], prefix: str, lowering: str = "decomposed",
+                 rope: str = "interleaved"):
         super().__init__()
+        if rope not in ROPE_LAYOUTS:
+            raise ValueError(f"unknown RoPE layout {rope!r}; choose one of {ROPE_LAYOUTS}")
         self.d, self.lowering = d, lowering
+        self.rope = apply_rope if rope == "interleaved" else apply_rope_half_split
         names = ["attention.wqkv.weight", "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w2.weight",
                  "feed_forward.w3.weight", "attention_norm.weight", "ffn_norm.weight"]
         if d.qk_norm:
@@ -81,7 +96,7 @@ class Block(nn.Module):
         if d.qk_norm:  # per head, before RoPE
             q = rms_norm(q, self.attention_q_norm_weight, d.norm_eps, self.lowering)
             k = rms_norm(k, self.attention_k_norm_weight, d.norm_eps, self.lowering)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
         k_cache[:, :, p:p + t] = k.transpose(1, 2)
         v_cache[:, :, p:p + t] = v.transpose(1, 2)
         g = d.gqa_group

@@ -34,9 +34,9 @@ class ChunkModel:
 
 
 class SlowChunkModule(CachedStack):
-    def __init__(self, m: ChunkModel, lowering: str = "decomposed"):
+    def __init__(self, m: ChunkModel, lowering: str = "decomposed", rope: str = "interleaved"):
         d = m.cfg.slow
-        super().__init__(d, {i: Block(d, m.tensors, f"layers.{i}.", lowering) for i in range(m.start, m.stop)},
+        super().__init__(d, {i: Block(d, m.tensors, f"layers.{i}.", lowering, rope) for i in range(m.start, m.stop)},
                          m.context, m.context)
         self.final = m.stop == d.n_layer
         self.eps, self.lowering = d.norm_eps, lowering
@@ -51,12 +51,14 @@ class SlowChunkModule(CachedStack):
 class SlowChunkStage:
     """Layers [start, stop) of the slow AR; `size` is the context (KV rows) of the package."""
 
-    def __init__(self, cfg: FishConfig, start: int, stop: int, prefill: int = 16, lowering: str = "decomposed"):
+    def __init__(self, cfg: FishConfig, start: int, stop: int, prefill: int = 16, lowering: str = "decomposed",
+                 rope: str = "interleaved"):
         if not 0 <= start < stop <= cfg.slow.n_layer:
             raise ValueError(f"slow_chunk: layer range [{start}, {stop}) is outside 0..{cfg.slow.n_layer}")
         if prefill < 1:
             raise ValueError(f"slow_chunk: prefill block {prefill} must be >= 1 token")
         self.cfg, self.start, self.stop, self.prefill, self.lowering = cfg, start, stop, prefill, lowering
+        self.rope = rope
         self.name = f"slow_chunk_{start}_{stop}"
         self.final = stop == cfg.slow.n_layer
 
@@ -87,7 +89,7 @@ class SlowChunkStage:
         """One module serves both functions (the token count is the input's length)."""
         if name not in ("prefill", "decode"):
             raise KeyError(f"{self.name}: no function {name!r}; functions: ['prefill', 'decode']")
-        return SlowChunkModule(model, self.lowering).eval()
+        return SlowChunkModule(model, self.lowering, self.rope).eval()
 
     def scenario(self, hidden: np.ndarray, prompt_len: int, size: int) -> Scenario:
         """Teacher-forced calls: the prompt (positions 0..prompt_len-1) in prefill blocks, the last
