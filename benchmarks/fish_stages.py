@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=192)
     p.add_argument("--frames", type=int, default=16)
     p.add_argument("--no-perturbed", action="store_true")
+    p.add_argument("--rms-lowering", default="decomposed", choices=("decomposed", "layer_norm"))
     p.add_argument("-o", "--output", type=Path, help="JSON file for the figures")
     a = p.parse_args(argv)
     options = ConvertOptions(deployment_target="macOS15", precision="fp16")
@@ -99,11 +100,12 @@ def main(argv=None) -> int:
         prompt = R.make_prompt(cfg, load_tokenizer(w / TOKENIZER_NAME, cfg))
         ref = R.reference_decode(model, cfg, prompt, a.frames)
         T = prompt.shape[1]
-        result = {"weights": str(w), "prompt_tokens": T, "frames": a.frames, "context": a.context, "prefill": a.prefill,
+        result = {"weights": str(w), "rms_lowering": a.rms_lowering, "prompt_tokens": T, "frames": a.frames, "context": a.context, "prefill": a.prefill,
                   "reference_seconds": round(time.perf_counter() - t0, 3), "stages": {}}
         print(f"reference: {T}-token prompt + {a.frames} frames in {result['reference_seconds']} s")
-        chunks = [SlowChunkStage(cfg, s, e, a.prefill) for s, e in chunk_bounds(cfg.slow.n_layer, a.chunks)]
-        head, fast = LMHeadStage(cfg), FastARStage(cfg)
+        chunks = [SlowChunkStage(cfg, s, e, a.prefill, lowering=a.rms_lowering)
+                  for s, e in chunk_bounds(cfg.slow.n_layer, a.chunks)]
+        head, fast = LMHeadStage(cfg), FastARStage(cfg, lowering=a.rms_lowering)
         pkgs = {}
         jobs = [(st, st.functions(a.context), st.load_model(w, a.context)) for st in chunks]
         jobs += [(head, head.functions(), head.load_model(w)), (fast, fast.functions(), fast.load_model(w))]
