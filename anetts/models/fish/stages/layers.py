@@ -36,8 +36,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, lowering: str = 
     """x / sqrt(mean(x^2) + eps) * weight over the last axis.
 
     `layer_norm`: LayerNorm over concat(x, -x), first half kept; that concat has mean exactly 0
-    and variance mean(x^2), so it is the same RMSNorm, as one layer_norm op whose statistics the
-    Neural Engine keeps from overflowing where an fp16 x*x would (|x| > 256)."""
+    and variance mean(x^2), so it is the same RMSNorm as one layer_norm op: the graph then has no
+    fp16 x*x tensor, which overflows for |x| > 256."""
     if lowering == "decomposed":
         return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps) * weight
     if lowering == "layer_norm":
