@@ -16,7 +16,7 @@ from anetts.models.fish.stages.fast_ar import FastARStage
 from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
 from anetts.options import ConvertOptions, Gate
-from anetts.verify.metrics import compare, top1_agreement
+from anetts.verify.metrics import top1_agreement
 from anetts.verify.scenario import per_call_db, record_eager, run_scenario
 
 PREFILL, CONTEXT = 16, 176  # 149-token prompt padded to 160, plus 15 decode positions
@@ -233,3 +233,11 @@ def test_layer_norm_rms_lowering_is_the_same_norm(fish_tiny, setup):
     sc = st.scenario(hin[:prompt.shape[1] + 2], prompt.shape[1], CONTEXT)
     rec = record_eager(st.build_function(st.load_model(fish_tiny, CONTEXT), "decode"), sc)
     np.testing.assert_allclose(rec[-1]["hidden_out"][0, 0], hout[prompt.shape[1] + 1], atol=1e-4)
+
+
+def test_top1_agreement_counts_argmax_matches():
+    ref = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.5, 0.0]])
+    got = np.array([[0.0, 1.9, 1.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.9, 0.0]])
+    assert top1_agreement(ref, got) == 0.75 and top1_agreement(ref, ref) == 1.0
+    with pytest.raises(ValueError, match="shape mismatch"):
+        top1_agreement(ref, got[:2])
