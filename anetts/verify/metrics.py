@@ -46,3 +46,13 @@ def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:
 def exact_match_fraction(reference: np.ndarray, candidate: np.ndarray) -> float:
     ref, x = np.asarray(reference).ravel(), np.asarray(candidate).ravel()
     return float(np.mean(ref == x)) if ref.size else 1.0
+
+
+def top1_agreement(reference: np.ndarray, candidate: np.ndarray, axis: int = -1) -> float:
+    """Fraction of rows (all axes but `axis`) whose argmax over `axis` is the same (logits)."""
+    ref, x = np.asarray(reference), np.asarray(candidate)
+    if ref.shape != x.shape:
+        raise ValueError(f"shape mismatch: reference {ref.shape} vs candidate {x.shape}")
+    if ref.size == 0:
+        return 1.0
+    return float(np.mean(np.argmax(ref, axis=axis) == np.argmax(x, axis=axis)))

@@ -1,0 +1,243 @@
+"""Fish AR stages on fish-tiny: each eager wrapper equals the upstream reference at every position
+of a reference decode (prefill of the 149-token prompt, then 15 decode steps); each compiled
+package (fp16, macOS15, states) passes a 35 dB gate at every call of a teacher-forced scenario on
+the MIL executor, and its perturbed-weights twin fails; the compiled chain slow chunks -> lm_head
+-> fast_ar reproduces the reference's greedy codes."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from anetts.models.fish.stages.chain import HostEmbedding, compare_decode, export_stage, mil_decode, play_mil
+from anetts.models.fish.stages.fast_ar import FastARStage
+from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
+from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
+from anetts.options import ConvertOptions, Gate
+from anetts.verify.metrics import top1_agreement
+from anetts.verify.scenario import per_call_db, record_eager, run_scenario
+
+PREFILL, CONTEXT = 16, 176  # 149-token prompt padded to 160, plus 15 decode positions
+CHAIN_FRAMES = 8
+SCENARIO_DECODE, SCENARIO_FRAMES = 6, 3  # per-stage scenarios in the test; the chain runs 8 frames
+OPTIONS = ConvertOptions(deployment_target="macOS15", precision="fp16")
+META = {"model": "fish-tiny", "family": "fish"}
+GATE = Gate(min_snr_db=35.0)
+
+
+def slow_io(ref: dict, model, a: int, b: int, n_layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reference residual stream entering layer a and leaving layer b-1 (final-normed after the
+    last layer) at every position 0..T+F-2 of the reference decode."""
+    hin = np.concatenate([ref["prefill_layer_hidden"][a], ref["decode_layer_hidden"][:, a]])
+    if b < n_layer:
+        return hin, np.concatenate([ref["prefill_layer_hidden"][b], ref["decode_layer_hidden"][:, b]])
+    with torch.no_grad():
+        normed = model.norm(torch.from_numpy(ref["prefill_layer_hidden"][b])).numpy()
+    return hin, np.concatenate([normed, ref["slow_hidden"][1:]])
+
+
+def perturbed(module: torch.nn.Module) -> torch.nn.Module:
+    bad = copy.deepcopy(module)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # ~10 % relative noise on every weight: far below a 35 dB match
+        for p in bad.parameters():
+            p.add_(0.1 * p.std() * torch.randn(p.shape, generator=g))
+    return bad
+
+
+@pytest.fixture(scope="module")
+def setup(fish_tiny, fish_reference):
+    model, cfg, prompt, ref = fish_reference
+    chunks = [SlowChunkStage(cfg, a, b, PREFILL) for a, b in chunk_bounds(cfg.slow.n_layer, 2)]
+    modules = {st.name: st.build_function(st.load_model(fish_tiny, CONTEXT), "decode") for st in chunks}
+    head, fast = LMHeadStage(cfg), FastARStage(cfg)
+    modules["lm_head"] = head.build_function(head.load_model(fish_tiny))
+    modules["fast_ar"] = fast.build_function(fast.load_model(fish_tiny))
+    return model, cfg, prompt, ref, chunks, head, fast, modules
+
+
+@pytest.fixture(scope="module")
+def packages(setup, tmp_path_factory):
+    _, cfg, _, _, chunks, head, fast, modules = setup
+    out = tmp_path_factory.mktemp("fish_stages")
+    pkgs = {}
+    for st in chunks:
+        pkgs[st.name] = export_stage(modules[st.name], st.functions(CONTEXT), out, OPTIONS, META, st.name)[0]
+    pkgs["lm_head"] = export_stage(modules["lm_head"], head.functions(), out, OPTIONS, META, "lm_head")[0]
+    pkgs["fast_ar"] = export_stage(modules["fast_ar"], fast.functions(), out, OPTIONS, META, "fast_ar")[0]
+    return pkgs
+
+
+def test_slow_chunks_eager_equal_reference_at_every_position(setup):
+    model, cfg, prompt, ref, chunks, *_, modules = setup
+    T = prompt.shape[1]
+    for st in chunks:
+        hin, hout = slow_io(ref, model, st.start, st.stop, cfg.slow.n_layer)
+        sc = st.scenario(hin, T, CONTEXT)
+        rec = record_eager(modules[st.name], sc)
+        got = np.concatenate([r["hidden_out"][0, :c.valid.get("hidden_out", (1, 1))[1]] for r, c in zip(rec, sc.calls)])
+        assert got.shape == hout.shape == (T + len(ref["decode_layer_hidden"]), cfg.slow.dim)
+        err = np.abs(got - hout).max(axis=1) / np.abs(hout).max()
+        assert err.max() < 1e-5, (st.name, int(err.argmax()), float(err.max()))
+
+
+def test_lm_head_restricted_rows_are_the_sampled_head(setup):
+    _, cfg, _, ref, _, head, _, modules = setup
+    sc = head.scenario(ref["slow_hidden"])
+    got = np.stack([r["logits"].reshape(-1) for r in record_eager(modules["lm_head"], sc)])
+    ids = restricted_ids(cfg)
+    assert len(ids) == cfg.n_semantic + 1 and ids[-1] == cfg.im_end_id
+    np.testing.assert_allclose(got, ref["slow_logits"][:, ids], atol=1e-5)
+    assert [head.token(g) for g in got] == list(ref["semantic_tokens"])
+    # upstream's biased argmax over the full head equals the restricted argmax for any state,
+    # including ones where a text token has the largest logit overall
+    from anetts.models.fish.reference import semantic_bias
+
+    g = torch.Generator().manual_seed(3)
+    w = modules["lm_head"].weight
+    full = torch.randn(64, cfg.slow.vocab_size, generator=g) * 3
+    full[:, :cfg.semantic_begin_id] += 5.0  # text tokens win the unbiased argmax
+    assert not np.isin(torch.argmax(full, dim=-1).numpy(), ids).any()
+    picks_full = torch.argmax(full + semantic_bias(cfg), dim=-1).numpy()
+    assert [int(ids[i]) for i in torch.argmax(full[:, ids], dim=-1)] == list(picks_full)
+    b = head.bytes_per_token()
+    assert b["restricted_bytes"] == (cfg.n_semantic + 1) * cfg.slow.dim * 2 < b["full_bytes"]
+    assert w.shape == (len(ids), cfg.slow.dim)
+
+
+def test_fast_ar_eager_equals_reference_every_frame_without_a_reset(setup):
+    _, cfg, _, ref, _, _, fast, modules = setup
+    sc = fast.scenario(ref["slow_hidden"], ref["codes"])
+    got = np.stack([r["logits"].reshape(-1) for r in record_eager(modules["fast_ar"], sc)])
+    got = got.reshape(ref["fast_logits"].shape)
+    assert np.abs(got - ref["fast_logits"]).max() < 1e-5 * np.abs(ref["fast_logits"]).max() * 10
+    assert (got[:, 1:].argmax(-1) == ref["codes"][:, 1:]).all()
+    # every fast-AR tensor of the checkpoint (but the slow input's codebook table) is a parameter
+    from anetts.models.fish.stages.fast_ar import fast_tensor_names
+    from anetts.models.fish.weights import FAST_PREFIX, checkpoint_spec
+
+    expected = {n for n in checkpoint_spec(cfg) if n.startswith(FAST_PREFIX) and "codebook_embeddings" not in n}
+    assert set(fast_tensor_names(cfg)) == expected
+    assert len(list(modules["fast_ar"].parameters())) == len(expected)
+
+
+def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
+    model, cfg, prompt, ref, chunks, head, fast, modules = setup
+    T = prompt.shape[1]
+    last = chunks[-1]
+    hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
+    sc = last.scenario(hin[:T + SCENARIO_DECODE], T, CONTEXT)  # the full 15 steps: benchmarks/fish_stages.py
+    report = run_scenario(packages[last.name], sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE)
+    dbs = per_call_db(report)
+    print(f"{last.name}: {len(dbs)} calls, dB per call {[round(d, 1) for d in dbs]}")
+    assert report["passed"] and len(dbs) == -(-T // PREFILL) + SCENARIO_DECODE and min(dbs) >= 35.0
+
+    sc = head.scenario(ref["slow_hidden"])
+    rec = record_eager(modules["lm_head"], sc)
+    report = run_scenario(packages["lm_head"], sc, rec, GATE)
+    got = np.stack([o["logits"].reshape(-1) for o in play_mil(packages["lm_head"], sc)])
+    top1 = top1_agreement(np.stack([r["logits"].reshape(-1) for r in rec]), got)
+    print(f"lm_head: dB per call {[round(d, 1) for d in per_call_db(report)]}, top-1 {top1}")
+    assert report["passed"] and top1 == 1.0
+
+    sc = fast.scenario(ref["slow_hidden"][:SCENARIO_FRAMES], ref["codes"][:SCENARIO_FRAMES])
+    rec = record_eager(copy.deepcopy(modules["fast_ar"]), sc)
+    report = run_scenario(packages["fast_ar"], sc, rec, GATE)
+    dbs = per_call_db(report)
+    got = np.stack([o["logits"].reshape(-1) for o in play_mil(packages["fast_ar"], sc)])
+    top1 = top1_agreement(np.stack([r["logits"].reshape(-1) for r in rec]), got)
+    print(f"fast_ar: {len(dbs)} calls, min {min(dbs):.1f} dB, top-1 {top1}")
+    assert report["passed"] and len(dbs) == SCENARIO_FRAMES * cfg.num_codebooks and top1 == 1.0
+
+
+def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp_path):
+    model, cfg, prompt, ref, chunks, head, fast, modules = setup
+    last = chunks[-1]
+    hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
+    sc = last.scenario(hin[:4], 0, CONTEXT)  # decode-only, positions 0..3
+    decode = [f for f in last.functions(CONTEXT) if f.name == "decode"]
+    pkg = export_stage(perturbed(modules[last.name]), decode, tmp_path, OPTIONS, META, last.name)[0]
+    dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE))
+    print(f"perturbed {last.name}: {[round(d, 1) for d in dbs]}")
+    assert all(d < 35.0 for d in dbs)
+
+    # a half-split RoPE twin (NeoX rotate_half on the unpermuted weights) passes at position 0,
+    # where RoPE is the identity (all an earlier port ever checked), and fails at every later one
+    half = SlowChunkStage(cfg, last.start, last.stop, PREFILL, rope="half_split")
+    pkg = export_stage(half.build_function(half.load_model(fish_tiny, CONTEXT), "decode"), decode,
+                       tmp_path / "half", OPTIONS, META, last.name)[0]
+    dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE))
+    print(f"half-split RoPE {last.name}, decode at positions 0..3: {[round(d, 1) for d in dbs]}")
+    assert dbs[0] >= 35.0 and all(d < 35.0 for d in dbs[1:])
+
+    sc = head.scenario(ref["slow_hidden"][:2])
+    pkg = export_stage(perturbed(modules["lm_head"]), head.functions(), tmp_path, OPTIONS, META, "lm_head")[0]
+    dbs = per_call_db(run_scenario(pkg, sc, record_eager(modules["lm_head"], sc), GATE))
+    print(f"perturbed lm_head: {[round(d, 1) for d in dbs]}")
+    assert all(d < 35.0 for d in dbs)
+
+    sc = fast.scenario(ref["slow_hidden"][:1], ref["codes"][:1])
+    pkg = export_stage(perturbed(modules["fast_ar"]), fast.functions(), tmp_path, OPTIONS, META, "fast_ar")[0]
+    dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules["fast_ar"]), sc), GATE))
+    print(f"perturbed fast_ar: {[round(d, 1) for d in dbs]}")
+    assert all(d < 35.0 for d in dbs)
+
+
+def test_compiled_chain_reproduces_the_reference_codes(fish_tiny, setup, packages):
+    _, cfg, prompt, ref, chunks, *_ = setup
+    embed = HostEmbedding(fish_tiny, cfg)
+    np.testing.assert_allclose(embed(prompt), ref["prefill_layer_hidden"][0], atol=1e-6)
+    got = mil_decode(cfg, embed, [packages[st.name] for st in chunks], packages["lm_head"], packages["fast_ar"],
+                     prompt, CHAIN_FRAMES, PREFILL)
+    s = compare_decode(cfg, got, ref)
+    print("chain:", s)
+    assert s["positions"] == list(range(prompt.shape[1] - 1, prompt.shape[1] - 1 + CHAIN_FRAMES))
+    assert s["frames_all_codes_equal"] == CHAIN_FRAMES and s["semantic_equal"] == CHAIN_FRAMES
+    assert min(s["slow_hidden_db"]) >= 35.0 and s["head_top1"] == 1.0 and s["fast_top1"] == 1.0
+
+
+def test_stage_arguments_are_checked(setup):
+    _, cfg, *_ = setup
+    with pytest.raises(ValueError, match=r"layer range \[3, 9\) is outside 0..4"):
+        SlowChunkStage(cfg, 3, 9)
+    st = SlowChunkStage(cfg, 0, 2, PREFILL)
+    with pytest.raises(ValueError, match="context 8 is shorter than the prefill block 16"):
+        st.functions(8)
+    with pytest.raises(ValueError, match="do not fit a context of 32"):
+        st.scenario(np.zeros((40, cfg.slow.dim)), 16, 32)
+    assert chunk_bounds(36, 4) == [(0, 9), (9, 18), (18, 27), (27, 36)] and chunk_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert [s.name for s in st.states(CONTEXT)] == ["k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1"]
+    assert st.states(CONTEXT)[0].shape == (1, cfg.slow.n_local_heads, CONTEXT, cfg.slow.head_dim)
+    from anetts.models.fish.config import FishConfig
+    from anetts.models.fish.presets import preset
+
+    s2 = LMHeadStage(FishConfig.from_dict(preset("fish-s2-pro").config)).bytes_per_token()
+    assert (s2["restricted_rows"], s2["full_rows"]) == (4097, 155776)  # 4096 semantic ids + <|im_end|>
+    assert s2["restricted_bytes"] == 4097 * 2560 * 2 and s2["full_bytes"] == 155776 * 2560 * 2
+
+
+def test_layer_norm_rms_lowering_is_the_same_norm(fish_tiny, setup):
+    """RMSNorm as LayerNorm(concat(x, -x)) (the fp16-safe lowering) equals the decomposed one."""
+    from anetts.models.fish.stages.layers import rms_norm
+
+    model, cfg, prompt, ref, chunks, *_ = setup
+    x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)) * 40
+    w = torch.rand(64) + 0.5
+    torch.testing.assert_close(rms_norm(x, w, 1e-6, "layer_norm"), rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown RMSNorm lowering 'fused'"):
+        rms_norm(x, w, 1e-6, "fused")
+    st = SlowChunkStage(cfg, chunks[-1].start, chunks[-1].stop, PREFILL, lowering="layer_norm")
+    hin, hout = slow_io(ref, model, st.start, st.stop, cfg.slow.n_layer)
+    sc = st.scenario(hin[:prompt.shape[1] + 2], prompt.shape[1], CONTEXT)
+    rec = record_eager(st.build_function(st.load_model(fish_tiny, CONTEXT), "decode"), sc)
+    np.testing.assert_allclose(rec[-1]["hidden_out"][0, 0], hout[prompt.shape[1] + 1], atol=1e-4)
+
+
+def test_top1_agreement_counts_argmax_matches():
+    ref = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.5, 0.0]])
+    got = np.array([[0.0, 1.9, 1.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.9, 0.0]])
+    assert top1_agreement(ref, got) == 0.75 and top1_agreement(ref, ref) == 1.0
+    with pytest.raises(ValueError, match="shape mismatch"):
+        top1_agreement(ref, got[:2])
