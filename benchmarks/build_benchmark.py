@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from anetts.provenance import provenance  # noqa: E402
 
-WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "workflow_scripts", "anetts", "config.yaml")
+WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "workflow_scripts", "anetts", "config.yaml", "profiles")
 
 
 def snakemake(workdir: Path, cores: int, *args: str) -> float:
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     stage_file.write_text(stage_file.read_text() + "\n# benchmark edit\n")
     rebuild = snakemake(args.workdir, args.cores, *model_cfg)
     manifest = json.loads((args.workdir / "artifacts" / args.model / "manifest.json").read_text())
+    summary = json.loads((args.workdir / "artifacts" / args.model / "parity_summary.json").read_text())
 
     result = {
         "model": args.model,
@@ -78,6 +79,9 @@ def main(argv=None) -> int:
         "rebuild_after_editing": {"stage": args.edit_stage, "seconds": rebuild},
         "packages": len(manifest["packages"]),
         "package_bytes": sum(p["bytes"] for p in manifest["packages"]),
+        # worst-output dB of every package on the MIL executor, from the build's own parity summary
+        "parity": {f"{r['stage']}/{r['bucket']}": {k: r.get(k) for k in ("passed", "mil_min_snr_db", "mil_outputs")}
+                   for r in summary["buckets"]},
         "jobs": jobs,
         "peak_rss_mb": max(j["max_rss_mb"] for j in jobs),
         "sum_job_cpu_s": round(sum(j["cpu_seconds"] for j in jobs), 1),
