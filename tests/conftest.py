@@ -31,3 +31,18 @@ def built_workflow(tmp_path_factory, tiny_weights) -> Path:
     workdir = make_workflow_copy(tmp_path_factory.mktemp("wf"), small_config(tiny_weights))
     run_snakemake(workdir, "all")
     return workdir
+
+
+@pytest.fixture
+def hf_offline(monkeypatch):
+    """huggingface_hub in offline mode for one test. Its HTTP session is cached per thread and built
+    from the offline flag, so the session is reset on the way in and out: otherwise every later test
+    in the process (the publish tests' loopback Hub) would stay offline."""
+    import huggingface_hub.constants as C
+    from huggingface_hub.utils import reset_sessions
+
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
+    reset_sessions()
+    yield
+    monkeypatch.undo()
+    reset_sessions()

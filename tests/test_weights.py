@@ -100,13 +100,12 @@ def _fake_hub_cache(cache: Path, weights_dir: Path, voices: list[str]) -> None:
     (repo / "refs" / "main").write_text(REVISION)
 
 
-def test_hf_source_offline_from_cache(tiny_weights, tmp_path, monkeypatch):
+def test_hf_source_offline_from_cache(tiny_weights, tmp_path, monkeypatch, hf_offline):
     import huggingface_hub.constants as C
 
     cache = tmp_path / "hub"
     _fake_hub_cache(cache, tiny_weights, ["af_heart"])
     monkeypatch.setattr(C, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
     src = {"source": "hf", "repo_id": HF_REPO, "revision": REVISION, "voices": ["af_heart"]}
     record = materialize_weights("kokoro", src, tmp_path / "m" / "weights")
     assert record["revision"] == REVISION

@@ -167,12 +167,11 @@ def _fake_hub_cache(cache: Path, weights_dir: Path) -> None:
     (repo / "refs" / "main").write_text(REVISION)
 
 
-def test_hf_source_offline_from_cache(fish_tiny, tmp_path, monkeypatch):
+def test_hf_source_offline_from_cache(fish_tiny, tmp_path, monkeypatch, hf_offline):
     import huggingface_hub.constants as C
 
     _fake_hub_cache(tmp_path / "hub", fish_tiny)
     monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
     src = {"source": "hf", "repo_id": W.HF_REPO, "revision": REVISION}
     record = W.materialize(src, tmp_path / "m" / "weights")
     assert record["revision"] == REVISION and (tmp_path / "m" / "weights" / W.INDEX_NAME).is_file()
