@@ -109,7 +109,7 @@ def test_variant_gate_keeps_passing_and_drops_failing(variant_build):
     assert not (lut1 / "manifest.json").exists()
     failed = json.loads((lut1 / "parity" / "duration" / "t32.failed.json").read_text())
     assert failed["passed"] is False and failed["variant"] == "lut1"
-    log = (model / "logs" / "variants" / "lut1" / "duration" / "t32.log").read_text()
+    log = (model / "logs" / "compress" / "lut1" / "duration" / "t32.log").read_text()
     assert "lut1 duration/t32 failed its gate" in log and "lut1 duration/t32 failed its gate" in out and "dB" in log
     # passing: compressed package, report, gate, manifest that the runtime loads
     int8 = model / "variants" / "int8"

@@ -236,16 +236,17 @@ def test_damaged_files_on_the_server_fail_load_naming_them(hub, built_model, pub
     tampered[len(w_good) // 2] ^= 0x01  # same size, one bit
     replace_file(w_obj, bytes(tampered))
     replace_file(v_obj, v_good[:1000])  # truncated
-    with pytest.raises(IntegrityError, match=rf"{weight} does not match manifest.json: sha256.*removed from the cache"):
+    # files are checked in path order: the voice asset (assets/) comes before the bundle (bundles/)
+    with pytest.raises(IntegrityError, match=rf"{voice} has 1000 bytes, the manifest says {len(v_good)}.*removed from the cache"):
         fetch(uri, variant="coreml", endpoint=hub.read, cache_dir=cache)
     # the coreml variant's download left the TorchScript exports on the Hub
     assert list(cache.rglob("weight.bin"))
     assert not [p for p in cache.rglob("*") if p.suffix == ".pt" and "export" in p.parts]
     # the server repaired: the evicted file comes again, the next bad one is named
-    replace_file(w_obj, w_good)
-    with pytest.raises(IntegrityError, match=rf"{voice} has 1000 bytes, the manifest says {len(v_good)}"):
-        fetch(uri, variant="coreml", endpoint=hub.read, cache_dir=cache)
     replace_file(v_obj, v_good)
+    with pytest.raises(IntegrityError, match=rf"{weight} does not match manifest.json: sha256.*removed from the cache"):
+        fetch(uri, variant="coreml", endpoint=hub.read, cache_dir=cache)
+    replace_file(w_obj, w_good)
     got = fetch(uri, variant="coreml", endpoint=hub.read, cache_dir=cache)
     assert file_sha256(got.snapshot / weight) == file_sha256(built_model / weight.split("/", 1)[1])
 

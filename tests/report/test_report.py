@@ -88,7 +88,8 @@ def test_generator_plot_and_audio_are_the_builds_own(model_dir, page):
 
 
 def test_build_benchmark_lists_every_job(model_dir, page):
-    tsvs = sorted(model_dir.glob("benchmarks/**/*.tsv"))
+    # every job's benchmark but the report's own (a rule cannot read a file it writes after it ran)
+    tsvs = sorted(p for p in model_dir.glob("benchmarks/**/*.tsv") if p.name != "report.tsv")
     assert len(tsvs) >= 1 + 1 + 3 * 4 + 2 * 4  # weights, reference, export/convert/parity per package, bundles
     jobs = page.tags["job"]
     assert set(jobs) == {p.relative_to(model_dir / "benchmarks").with_suffix("").as_posix() for p in tsvs}
