@@ -39,6 +39,23 @@ def export_base(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> 
     return model_dir(model, root) / "export" / stage / bucket
 
 
+def export_traced(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> Path:
+    """The traced export: one TorchScript (bucketed stage) or a folder of one per function (scenario stage)."""
+    base = export_base(model, stage, bucket, root)
+    return base.with_name(base.name + (".pt" if kind == "bucketed" else ".functions"))
+
+
+def export_inputs(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> Path:
+    """What parity feeds the package: example inputs, or a scenario (calls, inputs, upstream outputs)."""
+    base = export_base(model, stage, bucket, root)
+    return base.with_name(base.name + (".inputs.npz" if kind == "bucketed" else ".scenario.npz"))
+
+
+def chain_parity_path(model: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    """The compiled chain's check at one reference bucket (packages composed vs upstream)."""
+    return model_dir(model, root) / "chain" / f"{bucket}.json"
+
+
 def package_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "packages" / stage / f"{bucket}.mlpackage"
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from anetts.stage import Family
 
 # family name -> module holding its torch-free DECLARATION
-_FAMILIES = {"kokoro": "anetts.models.kokoro.family"}
+_FAMILIES = {"kokoro": "anetts.models.kokoro.family", "fish": "anetts.models.fish.family"}
 
 
 def family_names() -> list[str]:

@@ -17,7 +17,15 @@ _PKG = Path(__file__).parent
 BUCKET_UNITS = {
     "tokens": (lambda size: f"t{size}", r"t\d+"),
     "seconds": (lambda size: f"{size}s", r"\d+s"),
+    # KV rows of a stateful stage (its context); stages without one name the reference scenario's context
+    "context": (lambda size: f"ctx{size}", r"ctx\d+"),
 }
+
+# How a stage is exported, converted and verified:
+#   bucketed  one traced function per bucket, parity on one example call (Kokoro's stages)
+#   scenario  one package of several functions (e.g. prefill + decode) sharing weights and states,
+#             verified by a teacher-forced scenario of calls with the state carried (anetts.verify.scenario)
+STAGE_KINDS = ("bucketed", "scenario")
 
 
 @dataclass(frozen=True)
@@ -27,10 +35,25 @@ class StageDecl:
     sources: tuple[str, ...]  # files (relative to anetts/) whose edits must re-export this stage
     uses_reference: bool = False  # examples come from the family's shared per-bucket reference run
     description: str = ""
+    kind: str = "bucketed"  # a STAGE_KINDS entry
+    # config key whose value N splits this stage into N stages `<name><k>` (k = 0..N-1), e.g. the
+    # slow AR's layers in chunks; None: one stage
+    repeat: str | None = None
 
     def __post_init__(self):
         if self.bucket_unit not in BUCKET_UNITS:
             raise ValueError(f"stage {self.name}: unknown bucket unit {self.bucket_unit!r}; known: {sorted(BUCKET_UNITS)}")
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"stage {self.name}: unknown kind {self.kind!r}; known: {STAGE_KINDS}")
+
+    def instances(self, settings: dict) -> list[str]:
+        """The stage names this declaration becomes under its config block `settings`."""
+        if self.repeat is None:
+            return [self.name]
+        n = settings.get(self.repeat)
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"stage {self.name}: config key `{self.repeat}` must be a positive integer, got {n!r}")
+        return [f"{self.name}{k}" for k in range(n)]
 
     def bucket_name(self, size: int) -> str:
         return BUCKET_UNITS[self.bucket_unit][0](size)
@@ -48,7 +71,7 @@ class FamilyDecl:
     name: str
     stages: dict[str, StageDecl]
     implementation: str  # module with `FAMILY` (an anetts.stage.Family)
-    runtime: str  # "module:Class" the runtime dispatches to for this family's manifests
+    runtime: str | None  # "module:Class" the runtime dispatches to for this family's manifests (None: none yet)
     licence: str  # written into every package's metadata and the model card
     upstream: tuple[str, ...]  # distributions whose versions are params of the rules running upstream code
     # per weights source: files (relative to anetts/) whose edits change what that source produces
@@ -56,11 +79,21 @@ class FamilyDecl:
     reference_code: tuple[str, ...] = ()
     assets_code: tuple[str, ...] = ()  # code writing the runtime's assets (vocab, voices, ...)
     audio: tuple[str, str, int] | None = None  # (stage, output, sample rate) of the audio a build makes
+    # code of the compiled-chain check (the packages composed as the runtime composes them, vs
+    # upstream; rule `chain_parity`), or () when the family has none
+    chain_code: tuple[str, ...] = ()
 
     def stage(self, name: str) -> StageDecl:
-        if name not in self.stages:
-            raise KeyError(f"family {self.name!r} has no stage {name!r}; stages: {sorted(self.stages)}")
-        return self.stages[name]
+        """The declaration of `name`, also of a repeated stage's instance (`slow_chunk1`)."""
+        if name in self.stages:
+            return self.stages[name]
+        m = re.fullmatch(r"(.+?)(\d+)", name)
+        if m and m.group(1) in self.stages and self.stages[m.group(1)].repeat is not None:
+            return self.stages[m.group(1)]
+        raise KeyError(f"family {self.name!r} has no stage {name!r}; stages: {sorted(self.stages)}")
+
+    def chain_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.chain_code]
 
     def weights_paths(self, source: str) -> list[Path]:
         if source not in self.weights_code:

@@ -22,10 +22,21 @@ def _defaults(properties: dict) -> dict:
     return {k: v["default"] for k, v in properties.items() if "default" in v}
 
 
+def stage_schema_defaults() -> dict:
+    """Defaults of every per-stage key (conversion options and the stage's build parameters)."""
+    return _defaults(schema()["$defs"]["stage"]["properties"])
+
+
 def stage_defaults() -> dict:
-    """Per-stage conversion defaults (deployment target, precision, compute units, rewrite, lint)."""
-    stage = schema()["properties"]["families"]["additionalProperties"]["properties"]["stages"]["additionalProperties"]
-    return _defaults(stage["properties"])
+    """Per-stage conversion defaults (deployment target, precision, compute units, rewrite, lint, size)."""
+    names = {f.name for f in fields(ConvertOptions)}
+    return {k: v for k, v in stage_schema_defaults().items() if k in names}
+
+
+def stage_build_keys() -> set[str]:
+    """Per-stage keys that shape what is exported (buckets, chunks, prefill, lowering), not conversion."""
+    names = {f.name for f in fields(ConvertOptions)}
+    return set(schema()["$defs"]["stage"]["properties"]) - names
 
 
 def gate_defaults() -> dict:
@@ -45,6 +56,7 @@ class ConvertOptions:
     compute_units: str = _default("compute_units")  # a hint recorded in metadata; CoreML picks units at load time
     linear_rewrite: str = _default("linear_rewrite")  # auto | none | conv1d | conv2d (anetts.compile.rewrite)
     fatal_lint: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fatal_lint"]))
+    max_package_mb: float = _default("max_package_mb")  # size lint: a bigger package fails conversion
 
     @classmethod
     def make(cls, **overrides) -> "ConvertOptions":
@@ -67,6 +79,8 @@ class Gate:
     target_snr_db: float = _gate_default("target_snr_db")  # below: accepted with a warning
     # integer outputs (durations): fp16 may flip a rounding boundary
     min_exact_fraction: float = _gate_default("min_exact_fraction")
+    # logits (scenario stages, the compiled chain): top-1 agreement with upstream
+    min_top1: float = _gate_default("min_top1")
 
     @classmethod
     def make(cls, **overrides) -> "Gate":

@@ -50,22 +50,29 @@ class RuleSpec:
     # the wildcards after the model in the rule's benchmark path, in order:
     # artifacts/<model>/benchmarks/<rule>/<w1>/<w2>.tsv
     wildcards: tuple[str, ...]
+    # which jobs of a model the rule has: its stages of this kind (anetts.family.STAGE_KINDS),
+    # "chain" (one per reference bucket, families with a chain check), or None (no stage filter)
+    jobs: str | None = None
 
 
 RULES: dict[str, RuleSpec] = {
     "weights": RuleSpec(2, None, ()),
     "reference": RuleSpec(2, "bucket", ("bucket",)),
-    "export": RuleSpec(1, "bucket", ("stage", "bucket")),
-    "convert": RuleSpec(1, "bucket", ("stage", "bucket")),
-    "parity": RuleSpec(2, "bucket", ("stage", "bucket")),
-    "bundle": RuleSpec(1, "stage", ("stage",)),
-    "bundle_parity": RuleSpec(2, "stage", ("stage",)),
+    "export": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
+    "convert": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
+    "parity": RuleSpec(2, "bucket", ("stage", "bucket"), "bucketed"),
+    "bundle": RuleSpec(1, "stage", ("stage",), "bucketed"),
+    "bundle_parity": RuleSpec(2, "stage", ("stage",), "bucketed"),
+    "export_scenario": RuleSpec(1, "bucket", ("stage", "bucket"), "scenario"),
+    "convert_scenario": RuleSpec(1, "bucket", ("stage", "bucket"), "scenario"),
+    "parity_scenario": RuleSpec(2, "bucket", ("stage", "bucket"), "scenario"),
+    "chain_parity": RuleSpec(2, "bucket", ("bucket",), "chain"),
     "parity_summary": RuleSpec(1, "packages", ()),
     "manifest": RuleSpec(1, "packages", ()),
     "runtime_assets": RuleSpec(1, None, ()),
-    "aimodel": RuleSpec(1, "bucket", ("stage", "bucket")),
-    "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket")),
-    "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket")),
+    "aimodel": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
+    "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket"), "bucketed"),
+    "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket"), "bucketed"),
     "variant_manifest": RuleSpec(1, "packages", ("variant",)),
     "variants_summary": RuleSpec(1, "packages", ()),
     "report": RuleSpec(1, "packages", ()),
@@ -170,6 +177,11 @@ class RuleResources:
             raise ResourceError(f"resources table, model {measured!r}: no costs for rule {rule!r}")
         by_stage = entry[rule]
         pts = by_stage.get(stage) if stage is not None else None
+        if pts is None and stage is not None and self.wf is not None:
+            # an instance of a repeated stage (slow_chunk3) costs what its measured siblings did
+            base = self.wf.decl(model).stage(stage).name
+            siblings = [p for s, ps in by_stage.items() if s != ANY_STAGE and s.rstrip("0123456789") == base for p in ps]
+            pts = siblings or None
         if pts is None:
             pts = by_stage.get(ANY_STAGE)
         if pts is None:
@@ -182,7 +194,7 @@ class RuleResources:
         if scale is None:
             return None
         if scale == "bucket":
-            if rule == "reference":
+            if rule in ("reference", "chain_parity"):
                 return self.wf.reference_size(model, bucket)
             return self.wf.bucket_size(model, stage, bucket)
         if scale == "stage":

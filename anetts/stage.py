@@ -163,6 +163,42 @@ class Stage(ABC):
         return []
 
 
+class ScenarioStage(ABC):
+    """A stage compiled to one package of several functions sharing weights and states (e.g. a
+    chunk of transformer layers with `prefill` and `decode` and a KV cache), verified by a
+    teacher-forced scenario: the calls of an upstream run, in order, the state carried.
+
+    Export traces each function of `build(model)`, records the scenario on the eager module and
+    checks it against upstream's own tensors (`scenario`); parity plays it on the package."""
+
+    name: str
+    description: str = ""
+
+    @abstractmethod
+    def functions(self, size: int) -> list[FunctionSpec]:
+        """The package's entry points at bucket `size`; the first is the package's default."""
+
+    @abstractmethod
+    def load(self, weights_dir: Path, size: int) -> Any:
+        """Only the tensors this stage needs (a chunk of a 4.5 B model must not load the rest)."""
+
+    @abstractmethod
+    def build(self, model: Any) -> torch.nn.Module:
+        """One module for every function: forward takes a function's inputs in spec order (the
+        token count is the input's length) and updates buffers named like the states."""
+
+    @abstractmethod
+    def scenario(self, model: Any, size: int, reference: dict[str, np.ndarray]):
+        """(Scenario, upstream outputs per call: {output name: array}) from the shared reference run."""
+
+    def geometry(self, size: int) -> dict[str, int]:
+        return {}
+
+    def logits_outputs(self) -> tuple[str, ...]:
+        """Outputs that are logits: their top-1 agreement with upstream is gated (Gate.min_top1)."""
+        return ()
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: its stages and how to get from weights on disk to the upstream model."""
@@ -186,6 +222,19 @@ class Family:
     write_runtime_assets: Callable[[Path, Path], list] | None = None
     # (source block, staging dir, voices, scratch) → report: an ONNX export in the upstream layout
     convert_onnx: Callable[[dict, Path, list, Path], dict] | None = None
+    # (fetch(names), staging dir): the files of a real (hf/local) source when `weights_files` cannot
+    # list them up front (an index naming its shards); fetch copies names into staging
+    gather_weights: Callable[[Callable[[list], None], Path], None] | None = None
+    # (stage name, its stage params from config, weights dir) → the ScenarioStage it is
+    make_stage: Callable[[str, dict, Path], ScenarioStage] | None = None
+    # (packages {stage: path}, weights dir, reference npz, gate, params) → report: the compiled
+    # packages composed as the runtime composes them, against upstream (rule chain_parity)
+    check_chain: Callable[..., dict] | None = None
+
+    def scenario_stage(self, name: str, params: dict, weights_dir: Path) -> ScenarioStage:
+        if self.make_stage is None:
+            raise KeyError(f"family {self.name!r} has no scenario stages (asked for {name!r})")
+        return self.make_stage(name, dict(params), Path(weights_dir))
 
     def stage(self, name: str) -> Stage:
         if name not in self.stages:

@@ -32,10 +32,30 @@ class VariantConfig:
         self.wf = wf
         self.variants = dict(config.get("variants") or {})
         # every (model, variant, stage) resolves now, so a bad key fails before any job runs
-        for model in wf.model_names:
-            for name in self.variants:
+        for name in self.variants:
+            models = [m for m in wf.model_names if self.applies(m, name)]
+            if not models:
+                v = self._variant(name)
+                raise ConfigError(f"variants.{name}.stages: {v.get('stages')} are not all compressible stages of any "
+                                  f"model; stages: { {m: self._compressible(m) for m in wf.model_names} }")
+            for model in models:
                 for stage in self.stages(model, name):
                     self.settings(model, name, stage)
+
+    def _compressible(self, model: str) -> list[str]:
+        # a scenario stage's package (functions + states) is not compressed yet: its gate is a scenario
+        return self.wf.stages_of_kind(model, "bucketed")
+
+    def applies(self, model: str, name: str) -> bool:
+        """A variant belongs to the models whose compressible stages include all it names (all stages
+        when it names none: then only to models without other stages)."""
+        v = self._variant(name)
+        ok = self._compressible(model)
+        wanted = [*v.get("stages", self.wf.stages(model)), *v.get("overrides", {})]
+        return bool(ok) and all(s in ok for s in wanted)
+
+    def names_for(self, model: str) -> list[str]:
+        return [n for n in self.names if self.applies(model, n)]
 
     @property
     def names(self) -> list[str]:
@@ -77,6 +97,9 @@ class VariantConfig:
     def in_all(self) -> list[str]:
         return [n for n in self.names if self.variants[n].get("in_all", False)]
 
+    def in_all_for(self, model: str) -> list[str]:
+        return [n for n in self.in_all() if self.applies(model, n)]
+
     # -- rule inputs -------------------------------------------------------------------------
     def code(self) -> list[str]:
         return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py"])
@@ -99,7 +122,7 @@ class VariantConfig:
         return self._per_package(model, name, artifacts.variant_parity_path, artifacts.parity_path)
 
     def compressed_reports(self, model: str, names: list[str] | None = None) -> list[str]:
-        return [str(artifacts.variant_package_report(model, n, s, b)) for n in (names or self.names)
+        return [str(artifacts.variant_package_report(model, n, s, b)) for n in (names or self.names_for(model))
                 for s in self.stages(model, n) for b in self.wf.buckets(model, s)]
 
     def manifests(self, model: str, names: list[str] | None = None) -> list[str]:
@@ -107,7 +130,8 @@ class VariantConfig:
 
     def targets(self, model: str, names: list[str] | None = None) -> list[str]:
         """What `snakemake variants` (all names) or `all` (the in_all ones) builds."""
-        names = self.names if names is None else names
-        # the summary compares every configured variant, so it is built only when all of them are
-        summary = [str(artifacts.variants_summary_path(model))] if names and set(names) == set(self.names) else []
+        mine = self.names_for(model)
+        names = mine if names is None else [n for n in names if n in mine]
+        # the summary compares every variant of the model, so it is built only when all of them are
+        summary = [str(artifacts.variants_summary_path(model))] if names and set(names) == set(mine) else []
         return [*self.manifests(model, names), *summary]

@@ -69,6 +69,11 @@ def materialize_weights(family_name: str, source: dict, out_dir: Path) -> dict:
         staging = work / "weights"
         staging.mkdir()
         record = {"family": family_name, **source}
+        if kind == "hf":
+            revision = str(source.get("revision", ""))
+            if len(revision) != 40 or any(c not in "0123456789abcdef" for c in revision):
+                raise WeightsSourceError(f"weights.revision: hf sources need a pinned 40-hex commit revision, "
+                                         f"got {revision!r}")
         if kind == "synthetic":
             record["synthesis"] = family.synthesize(staging, source["preset"], int(source.get("seed", 0)), work)
             voices = family.synthetic_voices
@@ -81,9 +86,14 @@ def materialize_weights(family_name: str, source: dict, out_dir: Path) -> dict:
             voices = list(source.get("voices") or family.default_voices)
             files = family.weights_files + tuple(family.voice_file(v) for v in voices)
             if kind == "hf":
-                _fetch_hf(source["repo_id"], source["revision"], list(files), staging)
+                def fetch(names):
+                    _fetch_hf(source["repo_id"], source["revision"], list(names), staging)
             else:
-                _copy_local(Path(os.path.expanduser(source["path"])), list(files), staging)
+                def fetch(names):
+                    _copy_local(Path(os.path.expanduser(source["path"])), list(names), staging)
+            fetch(files)
+            if family.gather_weights is not None:  # files named by the ones just fetched (shards)
+                family.gather_weights(fetch, staging)
         family.validate_weights(staging, list(voices), work)
         record["voices"] = list(voices)
         record["files"] = {p.relative_to(staging).as_posix(): tree_sha256(p)

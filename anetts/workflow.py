@@ -12,7 +12,7 @@ from dataclasses import asdict
 from anetts import artifacts
 from anetts.family import bucket_regex
 from anetts.families import declaration
-from anetts.options import ConvertOptions, Gate
+from anetts.options import ConvertOptions, Gate, stage_build_keys, stage_schema_defaults
 from anetts.provenance import version_of
 
 _PKG = Path(__file__).parent
@@ -43,13 +43,25 @@ class WorkflowConfig:
             if fam not in config["families"]:
                 raise ConfigError(f"models.{name}.family: no `families.{fam}` block in config")
             family = declaration(fam)
-            for stage in config["families"][fam]["stages"]:
-                if stage not in family.stages:
-                    raise ConfigError(f"families.{fam}.stages.{stage}: family {fam!r} has no such stage; "
-                                      f"stages: {sorted(family.stages)}")
+            for where, block in ((f"families.{fam}.stages", config["families"][fam]["stages"]),
+                                 (f"models.{name}.stages", m.get("stages", {}))):
+                for stage in block:
+                    if stage not in family.stages:
+                        raise ConfigError(f"{where}.{stage}: family {fam!r} has no such stage; "
+                                          f"stages: {sorted(family.stages)}")
+            for stage, settings in self._declared_settings(name).items():
+                st = family.stage(stage)
+                if st.repeat is not None and not isinstance(settings.get(st.repeat), int):
+                    raise ConfigError(f"families.{fam}.stages.{stage}: needs `{st.repeat}` (how many "
+                                      f"{stage}<k> stages to make)")
+                if st.kind == "scenario" and not config["families"][fam].get("scenario_frames"):
+                    raise ConfigError(f"families.{fam}.scenario_frames: stage {stage} is verified by a scenario "
+                                      f"and needs the number of decode frames of its reference run")
+        declared = sorted({d for m in self.model_names for d in self._declared_settings(m)})
         for stage in config.get("parity", {}).get("stages", {}):
-            if stage not in self.stage_names:
-                raise ConfigError(f"parity.stages.{stage}: no configured stage has this name; stages: {self.stage_names}")
+            if stage not in self.stage_names and stage not in declared:
+                raise ConfigError(f"parity.stages.{stage}: no configured stage has this name; stages: "
+                                  f"{sorted(set(self.stage_names) | set(declared))}")
 
     # -- names -------------------------------------------------------------------------------
     @property
@@ -58,7 +70,13 @@ class WorkflowConfig:
 
     @property
     def stage_names(self) -> list[str]:
-        return sorted({s for f in self.config["families"].values() for s in f["stages"]})
+        """Every stage any model of the config builds (repeated stages as their instances)."""
+        return sorted({s for m in self.model_names for s in self.stages(m)})
+
+    def stage_regex(self, kind: str) -> str:
+        """Wildcard constraint matching the stages of one kind (rules differ per kind); never-matching if none."""
+        names = sorted({s for m in self.model_names for s in self.stages(m) if self.decl(m).stage(s).kind == kind})
+        return "|".join(names) if names else "(?!)"
 
     def family_of(self, model: str) -> str:
         return self.config["models"][model]["family"]
@@ -70,11 +88,44 @@ class WorkflowConfig:
     def decl(self, model: str):
         return declaration(self.family_of(model))
 
+    def _declared_settings(self, model: str) -> dict:
+        """Per declared stage: the family's config block with the model's own `stages` over it."""
+        fam = self.config["families"][self.family_of(model)]["stages"]
+        own = self.config["models"][model].get("stages", {})
+        return {s: {**fam[s], **own.get(s, {})} for s in fam}
+
     def _stages(self, model: str) -> dict:
-        return self.config["families"][self.family_of(model)]["stages"]
+        """Per stage (repeated stages expanded to their instances): its settings."""
+        out = {}
+        decl = self.decl(model)
+        for name, settings in self._declared_settings(model).items():
+            for inst in decl.stage(name).instances(settings):
+                out[inst] = settings
+        return out
 
     def stages(self, model: str) -> list[str]:
         return list(self._stages(model))
+
+    def stage_kind(self, model: str, stage: str) -> str:
+        return self.decl(model).stage(stage).kind
+
+    def stages_of_kind(self, model: str, kind: str) -> list[str]:
+        return [s for s in self.stages(model) if self.stage_kind(model, s) == kind]
+
+    def stage_params(self, model: str, stage: str) -> dict:
+        """What shapes a stage's export besides its bucket: build keys of its config block (schema
+        defaults filled in), and for an instance of a repeated stage its index and the count."""
+        st = self.decl(model).stage(stage)
+        settings = self._stages(model)[stage]
+        keys = stage_build_keys() - {"buckets"}
+        # a bucketed stage's export depends on its bucket alone; a scenario stage's on these too
+        defaults = stage_schema_defaults() if st.kind == "scenario" else {}
+        params = {k: settings.get(k, defaults.get(k)) for k in sorted(keys) if k in settings or k in defaults}
+        if st.repeat is not None:
+            params["index"] = int(stage[len(st.name):])
+        if st.kind == "scenario":
+            params["scenario_frames"] = self.config["families"][self.family_of(model)]["scenario_frames"]
+        return canonical(params)
 
     def buckets(self, model: str, stage: str) -> list[str]:
         st = self.decl(model).stage(stage)
@@ -143,7 +194,9 @@ class WorkflowConfig:
 
     def parity_gate(self, model: str, stage: str) -> dict:
         gate = dict(self.config.get("parity", {}).get("default", {}))
-        gate.update(self.config.get("parity", {}).get("stages", {}).get(stage, {}))
+        per_stage = self.config.get("parity", {}).get("stages", {})
+        gate.update(per_stage.get(self.decl(model).stage(stage).name, {}))  # a repeated stage's, then the instance's
+        gate.update(per_stage.get(stage, {}))
         return canonical(asdict(Gate.make(**gate)))
 
     def parity_arrays_all(self, model: str) -> list[str]:
@@ -166,17 +219,59 @@ class WorkflowConfig:
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py"])
 
+    def bundled_stages(self, model: str) -> list[str]:
+        """Stages whose buckets are bundled into one multifunction package (a scenario stage's
+        package already holds its functions, and its states differ in shape per context)."""
+        return self.stages_of_kind(model, "bucketed")
+
     def bundles(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s)) for s in self.stages(model)]
+        return [str(artifacts.bundle_path(model, s)) for s in self.bundled_stages(model)]
 
     def bundle_reports(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s).with_suffix(".json")) for s in self.stages(model)]
+        return [str(artifacts.bundle_path(model, s).with_suffix(".json")) for s in self.bundled_stages(model)]
 
     def example_inputs(self, model: str) -> list[str]:
-        return [f"{artifacts.export_base(model, s, b)}.inputs.npz" for s in self.stages(model) for b in self.buckets(model, s)]
+        """Per package, what its parity ran on: the example inputs, or a scenario stage's calls."""
+        return [str(artifacts.export_inputs(model, s, b, self.stage_kind(model, s)))
+                for s in self.stages(model) for b in self.buckets(model, s)]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.stages(model)]
+        return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.bundled_stages(model)]
+
+    # -- the compiled chain (rule chain_parity): the packages composed as the runtime composes them
+    def has_chain(self, model: str) -> bool:
+        return bool(self.decl(model).chain_code)
+
+    def chain_reports(self, model: str) -> list[str]:
+        """One chain check per reference bucket the model's stages share (none if the family has no check)."""
+        if not self.has_chain(model):
+            return []
+        buckets = sorted({b for s in self.stages(model) for b in self.buckets(model, s)})
+        return [str(artifacts.chain_parity_path(model, b)) for b in buckets]
+
+    def chain_packages(self, model: str, bucket: str) -> list[str]:
+        return [self.package(model, s, bucket) for s in self.chain_stages(model, bucket)]
+
+    def chain_code(self, model: str) -> list[str]:
+        return self._rel([*self.decl(model).chain_paths(), _PKG / "verify" / "metrics.py", _PKG / "options.py"])
+
+    def chain_stages(self, model: str, bucket: str) -> list[str]:
+        return [s for s in self.stages(model) if bucket in self.buckets(model, s)]
+
+    def chain_parity_inputs(self, model: str, bucket: str) -> list[str]:
+        return [self.parity_report(model, s, bucket) for s in self.chain_stages(model, bucket)]
+
+    def chain_gate(self, model: str) -> dict:
+        """The compiled chain is held to the default gate (per-stage overrides do not apply to it)."""
+        return canonical(asdict(Gate.make(**self.config.get("parity", {}).get("default", {}))))
+
+    def scenario_parity_code(self) -> list[str]:
+        return self._rel([_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py", *self.parity_code()])
+
+    def reference_params(self, model: str) -> dict:
+        """Parameters of the shared reference run beyond its bucket size (scenario families: frames)."""
+        fam = self.config["families"][self.family_of(model)]
+        return {"scenario_frames": fam["scenario_frames"]} if self.stages_of_kind(model, "scenario") else {}
 
     def package(self, model: str, stage: str, bucket: str) -> str:
         return str(artifacts.package_path(model, stage, bucket))
@@ -201,7 +296,9 @@ class WorkflowConfig:
         return [str(artifacts.package_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def torchscripts(self, model: str) -> list[str]:
-        return [f"{artifacts.export_base(model, s, b)}.pt" for s in self.stages(model) for b in self.buckets(model, s)]
+        """Per package, its traced export (a scenario stage's: a folder with one TorchScript per function)."""
+        return [str(artifacts.export_traced(model, s, b, self.stage_kind(model, s)))
+                for s in self.stages(model) for b in self.buckets(model, s)]
 
     # -- Core AI assets (rules/aimodel.smk) ---------------------------------------------------
     def aimodel_in_all(self) -> bool:
@@ -237,13 +334,16 @@ class WorkflowConfig:
         return canonical(src)
 
     def convert_options(self, model: str, stage: str) -> dict:
-        st = {k: v for k, v in self._stages(model)[stage].items() if k != "buckets"}
+        build = stage_build_keys()
+        st = {k: v for k, v in self._stages(model)[stage].items() if k not in build}
         opts = asdict(ConvertOptions.make(**st))
         opts["fatal_lint"] = list(opts["fatal_lint"])
         return canonical(opts)
 
     def stage_settings(self, model: str) -> dict:
-        return canonical({s: {**self.convert_options(model, s), "buckets": self.buckets(model, s)} for s in self.stages(model)})
+        return canonical({s: {**self.convert_options(model, s), "buckets": self.buckets(model, s),
+                              "kind": self.stage_kind(model, s), **self.stage_params(model, s)}
+                          for s in self.stages(model)})
 
     def model_meta(self, model: str) -> dict:
         src = self.weights_source(model)

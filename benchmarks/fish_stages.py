@@ -29,7 +29,7 @@ from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
 from anetts.models.fish.stages.lm_head import LMHeadStage  # noqa: E402
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds  # noqa: E402
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer  # noqa: E402
-from anetts.models.fish.weights import materialize  # noqa: E402
+from anetts.weights import materialize_weights  # noqa: E402
 from anetts.options import ConvertOptions, Gate  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.verify.metrics import top1_agreement  # noqa: E402
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         w = a.weights
         if w is None:
             w = tmp / "weights"
-            materialize({"source": "synthetic", "preset": "fish-tiny", "seed": 0}, w)
+            materialize_weights("fish", {"source": "synthetic", "preset": "fish-tiny", "seed": 0}, w)
         t0 = time.perf_counter()
         model, cfg = R.load_reference_model(w)
         prompt = R.make_prompt(cfg, load_tokenizer(w / TOKENIZER_NAME, cfg))

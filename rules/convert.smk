@@ -9,6 +9,8 @@ rule convert:
         report="artifacts/{model}/packages/{stage}/{bucket}.json",
         # op histogram, weight bytes, I/O and the ANE lint (`anetts inspect --json` of the package)
         inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     params:
         options=lambda w: WF.convert_options(w.model, w.stage),
         model_meta=lambda w: WF.model_meta(w.model),
@@ -22,3 +24,30 @@ rule convert:
         **RES.of("convert"),
     script:
         "../workflow_scripts/convert.py"
+
+
+rule convert_scenario:
+    """A scenario stage's functions → one multifunction package sharing weights and fp16 states."""
+    input:
+        functions="artifacts/{model}/export/{stage}/{bucket}.functions",
+        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        code=WF.convert_code(),
+    output:
+        package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
+        report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
+    wildcard_constraints:
+        stage=WF.stage_regex("scenario"),
+    params:
+        options=lambda w: WF.convert_options(w.model, w.stage),
+        model_meta=lambda w: WF.model_meta(w.model),
+        versions=WF.versions("coremltools", "numpy"),
+    log:
+        "artifacts/{model}/logs/convert_scenario/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/convert_scenario/{stage}/{bucket}.tsv"
+    threads: RES.threads("convert_scenario")
+    resources:
+        **RES.of("convert_scenario"),
+    script:
+        "../workflow_scripts/convert_scenario.py"

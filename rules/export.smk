@@ -12,6 +12,8 @@ rule export:
         report="artifacts/{model}/export/{stage}/{bucket}.export.json",
         # eager (parity's reference) and traced outputs on the example inputs
         outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     params:
         size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
         family=lambda w: WF.family_of(w.model),
@@ -25,3 +27,32 @@ rule export:
         **RES.of("export"),
     script:
         "../workflow_scripts/export.py"
+
+
+rule export_scenario:
+    """Trace a scenario stage's functions at one bucket and record its teacher-forced scenario
+    (upstream's calls and outputs; the eager wrapper checked against them at fp32)."""
+    input:
+        weights="artifacts/{model}/weights",
+        reference=lambda w: WF.export_reference(w.model, w.stage, w.bucket),
+        code=lambda w: WF.stage_code(w.model, w.stage),
+    output:
+        functions=directory("artifacts/{model}/export/{stage}/{bucket}.functions"),
+        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
+        report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+    wildcard_constraints:
+        stage=WF.stage_regex("scenario"),
+    params:
+        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
+        family=lambda w: WF.family_of(w.model),
+        stage=lambda w: WF.stage_params(w.model, w.stage),
+        versions=lambda w: WF.upstream_versions(w.model),
+    log:
+        "artifacts/{model}/logs/export_scenario/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/export_scenario/{stage}/{bucket}.tsv"
+    threads: RES.threads("export_scenario")
+    resources:
+        **RES.of("export_scenario"),
+    script:
+        "../workflow_scripts/export_scenario.py"

@@ -12,6 +12,8 @@ rule manifest:
         bundle_parity=lambda w: WF.bundle_parity_reports(w.model),
         example_inputs=lambda w: WF.example_inputs(w.model),
         assets="artifacts/{model}/assets",
+        # the compiled chain's gate, for families that declare one
+        chain=lambda w: WF.chain_reports(w.model),
     output:
         "artifacts/{model}/manifest.json",
     params:

@@ -13,6 +13,8 @@ rule parity:
     output:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     params:
         gate=lambda w: WF.parity_gate(w.model, w.stage),
         compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
@@ -25,6 +27,61 @@ rule parity:
         **RES.of("parity"),
     script:
         "../workflow_scripts/parity.py"
+
+
+rule parity_scenario:
+    """The package plays the export's teacher-forced scenario (state carried), each call against
+    upstream; logits also by top-1 agreement. Gated: a failing call fails the rule."""
+    input:
+        package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
+        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
+        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        code=WF.scenario_parity_code(),
+    output:
+        report="artifacts/{model}/parity/{stage}/{bucket}.json",
+        arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
+    wildcard_constraints:
+        stage=WF.stage_regex("scenario"),
+    params:
+        gate=lambda w: WF.parity_gate(w.model, w.stage),
+        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
+    log:
+        "artifacts/{model}/logs/parity_scenario/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/parity_scenario/{stage}/{bucket}.tsv"
+    threads: RES.threads("parity_scenario")
+    resources:
+        **RES.of("parity_scenario"),
+    script:
+        "../workflow_scripts/parity_scenario.py"
+
+
+rule chain_parity:
+    """The compiled packages composed as the runtime composes them, against upstream (families
+    that declare a chain check), at one reference bucket. Gated; its verdict goes in the manifest."""
+    input:
+        packages=lambda w: WF.chain_packages(w.model, w.bucket),
+        # only packages that passed their own gates are composed
+        parity=lambda w: WF.chain_parity_inputs(w.model, w.bucket),
+        assets="artifacts/{model}/assets",
+        reference="artifacts/{model}/reference/{bucket}.npz",
+        code=lambda w: WF.chain_code(w.model),
+    output:
+        "artifacts/{model}/chain/{bucket}.json",
+    params:
+        family=lambda w: WF.family_of(w.model),
+        stages=lambda w: WF.chain_stages(w.model, w.bucket),
+        stage_params=lambda w: {s: WF.stage_params(w.model, s) for s in WF.chain_stages(w.model, w.bucket)},
+        gate=lambda w: WF.chain_gate(w.model),
+    log:
+        "artifacts/{model}/logs/chain_parity/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/chain_parity/{bucket}.tsv"
+    threads: RES.threads("chain_parity")
+    resources:
+        **RES.of("chain_parity"),
+    script:
+        "../workflow_scripts/chain_parity.py"
 
 
 rule parity_summary:

@@ -7,6 +7,7 @@ rule reference:
         "artifacts/{model}/reference/{bucket}.npz",
     params:
         size=lambda w: WF.reference_size(w.model, w.bucket),
+        run=lambda w: WF.reference_params(w.model),
         family=lambda w: WF.family_of(w.model),
         versions=lambda w: WF.upstream_versions(w.model),
     log:

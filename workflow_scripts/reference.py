@@ -7,4 +7,5 @@ log = setup(snakemake)
 from anetts.compile.trace import write_reference
 from anetts.families import get_family
 
-write_reference(get_family(snakemake.params.family), snakemake.params.size, snakemake.input.weights, snakemake.output[0])
+write_reference(get_family(snakemake.params.family), snakemake.params.size, snakemake.input.weights, snakemake.output[0],
+                **dict(snakemake.params.run))

@@ -177,6 +177,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
         info = inspect_package(tmp_pkg)
         lint = info["lint"]
         apply_lint_policy(lint, options.fatal_lint)
+        check_size(tmp_pkg, options, where)
         report = {
             "stage": spec.stage,
             "bucket": spec.bucket,
@@ -199,6 +200,85 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
         if out_inspect is not None:
             write_json(tmps[2], {**info, "package": str(out_package)})
     log.info("converted %s/%s in %.1fs", spec.stage, spec.bucket, report["seconds"]["total"])
+    return report
+
+
+def package_bytes(package: Path) -> int:
+    return sum(p.stat().st_size for p in Path(package).rglob("*") if p.is_file())
+
+
+def check_size(package: Path, options: ConvertOptions, where: str) -> int:
+    """The per-file size lint: Core ML loads a package's weights as one file, and above ~2 GB
+    (macOS) or ~1 GB (iOS) it fails or pages; a bigger package needs more chunks."""
+    n = package_bytes(package)
+    if n > options.max_package_mb * 1e6:
+        raise ConversionError(f"{where}: package is {n / 1e6:.1f} MB, above max_package_mb = {options.max_package_mb} "
+                              f"(split the stage into more chunks, or raise the limit for a platform that allows it)")
+    return n
+
+
+def convert_scenario_package(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
+                             options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
+    """A scenario stage's functions (one TorchScript each, with their states) converted one by one
+    and merged into one multifunction package sharing weights and states; size-linted as a whole."""
+    import tempfile
+
+    from anetts.compile.bundle import bundle_packages
+
+    outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
+    clear_outputs(*outs)
+    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
+    stage, bucket, geometry = export["stage"], export["bucket"], export["geometry"]
+    functions = [FunctionSpec.from_json(f) for f in export["functions"]]
+    where = f"{stage}/{bucket}"
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f".{Path(out_package).name}.", dir=Path(out_package).parent) as tmp_dir:
+        tmp_dir = Path(tmp_dir)
+        parts, reports = {}, {}
+        for fn in functions:
+            ts = Path(functions_dir) / f"{fn.name}.pt"
+            if not ts.is_file():
+                raise ConversionError(f"{where}: function {fn.name} has no TorchScript {ts}")
+            parts[fn.name] = tmp_dir / f"{fn.name}.mlpackage"
+            reports[fn.name] = convert_function(ts, fn, parts[fn.name], tmp_dir / f"{fn.name}.json", options,
+                                                model_meta, stage=stage, geometry=geometry)
+        meta = {**reports[functions[0].name]["metadata"], "anetts.bucket": bucket}
+        with atomic_outputs(*outs) as tmps:
+            tmp_pkg, tmp_report = tmps[:2]
+            bundle = bundle_packages(parts, tmp_pkg, default_function=functions[0].name, metadata=meta)
+            size = check_size(tmp_pkg, options, where)
+            info = inspect_package(tmp_pkg)
+            default = reports[functions[0].name]
+            report = {
+                "stage": stage,
+                "bucket": bucket,
+                "kind": "scenario",
+                "geometry": geometry,
+                "package": Path(out_package).name,
+                "sha256": tree_sha256(tmp_pkg),
+                "bytes": size,
+                "deployment_target": options.deployment_target,
+                "precision": options.precision,
+                "compute_units": options.compute_units,
+                # the default function's I/O (what a single-function reader sees), then every function's
+                "inputs": default["inputs"],
+                "outputs": default["outputs"],
+                "default_function": functions[0].name,
+                "functions": {f.name: f.to_json() for f in functions},
+                "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
+                "linear_rewrite": {name: r["linear_rewrite"] for name, r in reports.items()},
+                "lint": info["lint"],
+                "weight_bytes_fp16": bundle["weight_bytes_fp16"],
+                "ratio_to_fp16_weights": bundle.get("ratio"),
+                "seconds": {"convert": {name: r["seconds"]["convert"] for name, r in reports.items()},
+                            "total": round(time.perf_counter() - t0, 3)},
+                "metadata": meta,
+                "provenance": provenance(),
+            }
+            write_json(tmp_report, report)
+            if out_inspect is not None:
+                write_json(tmps[2], {**info, "package": str(out_package)})
+    log.info("converted %s: %d functions, %.1f MB in %.1fs", where, len(functions), size / 1e6, report["seconds"]["total"])
     return report
 
 

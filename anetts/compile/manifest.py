@@ -22,6 +22,11 @@ def _parity_verdict(path: Path, rel) -> dict:
             **{f"{name}_min_snr_db": b.get("min_snr_db") for name, b in r["backends"].items() if "passed" in b}}
 
 
+def _chain_verdict(path: Path, rel) -> dict:
+    r = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {"bucket": Path(path).stem, "passed": r["passed"], "checks": r["checks"], "report": rel(path)}
+
+
 def _assets(assets_dir: Path, rel) -> list[dict]:
     files = sorted(p for p in Path(assets_dir).rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
     return [{"name": f.relative_to(assets_dir).as_posix(), "path": rel(f), "sha256": tree_sha256(f),
@@ -30,7 +35,7 @@ def _assets(assets_dir: Path, rel) -> list[dict]:
 
 def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list, parity: list,
                    model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = (),
-                   assets_dir: Path | None = None) -> dict:
+                   assets_dir: Path | None = None, chain: list = ()) -> dict:
     out = Path(out)
     model_dir = out.parent.resolve()
     family = get_family(model_meta["family"])
@@ -44,10 +49,10 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
     entries = []
     for report_path, package, torchscript, parity_path in zip(reports, packages, torchscripts, parity):
         report = json.loads(Path(report_path).read_text(encoding="utf-8"))
-        entries.append({
+        entry = {
             "stage": report["stage"],
             "bucket": report["bucket"],
-            "function": "main",
+            "function": report.get("default_function", "main"),
             "path": rel(package),
             "sha256": tree_sha256(package),
             "bytes": report["bytes"],
@@ -62,7 +67,12 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
             "torchscript": rel(torchscript),
             "torchscript_sha256": tree_sha256(torchscript),
             "example_inputs": rel(Path(torchscript).with_suffix(".inputs.npz")),
-        })
+        }
+        if report.get("kind") == "scenario":
+            # several functions sharing weights and states; parity played a scenario (its calls' file)
+            entry.update({"kind": "scenario", "functions": report["functions"],
+                          "example_inputs": rel(Path(torchscript).with_suffix(".scenario.npz"))})
+        entries.append(entry)
     bundle_entries = []
     for bundle, parity_path in zip(bundles, bundle_parity):
         report = json.loads(Path(bundle).with_suffix(".json").read_text(encoding="utf-8"))
@@ -89,6 +99,8 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
         "bundles": bundle_entries,
         # every file the runtime reads besides packages, so a model directory is all it needs
         "assets": _assets(assets_dir, rel) if assets_dir is not None else [],
+        # the compiled packages composed as the runtime composes them, against upstream
+        "chain": [_chain_verdict(p, rel) for p in chain],
         "provenance": provenance(),
     }
     with atomic_outputs(out) as (tmp,):

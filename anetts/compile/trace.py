@@ -43,10 +43,12 @@ def load_reference(path: Path | None) -> dict | None:
         return {k: z[k] for k in z.files}
 
 
-def write_reference(family: Family, size: int, weights_dir: Path, out: Path) -> dict:
-    """The family's shared example run for one bucket size, as an .npz of named arrays."""
+def write_reference(family: Family, size: int, weights_dir: Path, out: Path, **params) -> dict:
+    """The family's shared example run for one bucket size, as an .npz of named arrays.
+    `params`: the run's other config parameters (a scenario family's frames)."""
+    clear_outputs(out)
     t0 = time.perf_counter()
-    ref = family.make_reference(family.load_model(weights_dir, None), Path(weights_dir), size)
+    ref = family.make_reference(family.load_model(weights_dir, None), Path(weights_dir), size, **params)
     with atomic_outputs(out) as (tmp,):
         with open(tmp, "wb") as f:
             np.savez(f, **ref)

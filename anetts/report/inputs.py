@@ -31,21 +31,24 @@ def found_jsons(folder: Path) -> list[str]:
     return sorted(str(p) for p in folder.glob("*.json") if p.is_file()) if folder.is_dir() else []
 
 
-def benchmark_files(wf, model: str, patterns: dict[str, str]) -> list[str]:
+def benchmark_files(wf, model: str, patterns: dict[str, tuple[str, str | None]]) -> list[str]:
     """Every `benchmark:` file of the model's jobs, from the rules' own patterns.
 
-    `patterns`: rule name → benchmark pattern (wildcards among model, stage, bucket). The
-    combinations are the model's: stage+bucket → its packages, stage → its stages, bucket → the
-    shared reference buckets, none → one per model.
+    `patterns`: rule name → (benchmark pattern with wildcards among model, stage, bucket; which
+    jobs the rule has, `anetts.resources.RuleSpec.jobs`). The combinations are the model's:
+    stage+bucket → its packages (of the rule's stage kind), stage → its stages, bucket → the
+    shared reference buckets (the chain checks' for "chain"), none → one per model.
     """
-    stages = wf.stages(model)
-    packages = [{"stage": s, "bucket": b} for s in stages for b in wf.buckets(model, s)]
-    reference = sorted({Path(p).stem for s in stages for b in wf.buckets(model, s)
-                        for p in wf.export_reference(model, s, b)})
-    combos = {(): [{}], ("stage",): [{"stage": s} for s in stages], ("bucket",): [{"bucket": b} for b in reference],
-              ("bucket", "stage"): packages}
     out = []
-    for rule, pattern in sorted(patterns.items()):
+    for rule, (pattern, jobs) in sorted(patterns.items()):
+        stages = [s for s in wf.stages(model) if jobs in (None, "chain") or wf.stage_kind(model, s) == jobs]
+        if jobs == "chain":
+            reference = [Path(p).stem for p in wf.chain_reports(model)]
+        else:
+            reference = sorted({Path(p).stem for s in stages for b in wf.buckets(model, s)
+                                for p in wf.export_reference(model, s, b)})
+        combos = {(): [{}], ("stage",): [{"stage": s} for s in stages], ("bucket",): [{"bucket": b} for b in reference],
+                  ("bucket", "stage"): [{"stage": s, "bucket": b} for s in stages for b in wf.buckets(model, s)]}
         names = tuple(sorted(n for n in ("stage", "bucket") if "{" + n + "}" in pattern))
         if names not in combos:
             raise ValueError(f"rule {rule}: benchmark pattern {pattern!r} has wildcards the report cannot expand")
@@ -54,7 +57,7 @@ def benchmark_files(wf, model: str, patterns: dict[str, str]) -> list[str]:
     return out
 
 
-def report_inputs(wf, model: str, benchmark_patterns: dict[str, str], root: Path = artifacts.ARTIFACTS) -> dict[str, list[str]]:
+def report_inputs(wf, model: str, benchmark_patterns: dict[str, tuple[str, str | None]], root: Path = artifacts.ARTIFACTS) -> dict[str, list[str]]:
     """Named lists of the files the report of `model` reads (all declared inputs of its rule)."""
     stages = wf.stages(model)
     mdir = artifacts.model_dir(model, root)

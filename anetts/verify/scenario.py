@@ -185,18 +185,24 @@ def _score_call(scenario: Scenario, i: int, outputs: Mapping[str, np.ndarray], s
             "meets_target": bool(passed and (worst is None or worst >= gate.target_snr_db))}
 
 
-def _run_backend(scenario: Scenario, reference, gate: Gate, gate_states: bool, make_state, call) -> dict:
+def _run_backend(scenario: Scenario, reference, gate: Gate, gate_states: bool, make_state, call,
+                 keep_outputs: Sequence[str] = ()) -> dict:
     state = make_state()
-    calls, seconds = [], 0.0
+    calls, seconds, kept = [], 0.0, {name: [] for name in keep_outputs}
     for i, c in enumerate(scenario.calls):
         t0 = time.perf_counter()
         outputs, states = call(c, state)
         seconds += time.perf_counter() - t0
         calls.append(_score_call(scenario, i, outputs, states, reference[i], gate, gate_states))
+        for name in keep_outputs:
+            kept[name].append(np.asarray(outputs[name]))
     worst = [r["min_snr_db"] for r in calls if r["min_snr_db"] is not None]
-    return {"calls": calls, "min_snr_db": min(worst) if worst else None,
-            "passed": all(r["passed"] for r in calls),
-            "meets_target": all(r["meets_target"] for r in calls), "seconds": round(seconds, 4)}
+    out = {"calls": calls, "min_snr_db": min(worst) if worst else None,
+           "passed": all(r["passed"] for r in calls),
+           "meets_target": all(r["meets_target"] for r in calls), "seconds": round(seconds, 4)}
+    if keep_outputs:
+        out["_outputs"] = kept  # not JSON: the caller scores and drops it
+    return out
 
 
 def _macos_version() -> tuple[int, ...] | None:
@@ -208,13 +214,14 @@ def _macos_version() -> tuple[int, ...] | None:
 
 
 def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]], gate: Gate,
-                 gate_states: bool = True, compute_units: str = "CPU_AND_GPU") -> dict:
+                 gate_states: bool = True, compute_units: str = "CPU_AND_GPU", keep_outputs: Sequence[str] = ()) -> dict:
     """Play the scenario on the package with one state carried through all calls; score each call.
 
     Backends: the MIL reference executor everywhere; Core ML on macOS (one `MLModel` per
     function, one state made from the first call's function and passed to every call — the
     functions share it as they declare the same states).  `gate_states`: the states' valid
-    regions count towards the gate, not only the outputs.
+    regions count towards the gate, not only the outputs.  `keep_outputs`: per backend, every
+    call's value of these outputs under `_outputs` (e.g. logits, for top-1 agreement).
     """
     if len(reference) != len(scenario.calls):
         raise ParityError(f"scenario {scenario.name}: {len(reference)} references for {len(scenario.calls)} calls")
@@ -233,7 +240,8 @@ def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[
 
     has_states = bool(scenario.states)
     backends = {"mil": _run_backend(scenario, reference, gate, gate_states,
-                                    (lambda: program.make_state(first)) if has_states else (lambda: None), mil_call)}
+                                    (lambda: program.make_state(first)) if has_states else (lambda: None), mil_call,
+                                    keep_outputs)}
     macos = _macos_version()
     if macos is not None and (macos >= (15, 0) or not has_states):  # Core ML states need macOS 15
         import coremltools as ct
@@ -249,7 +257,7 @@ def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[
 
         backends["coreml"] = {**_run_backend(scenario, reference, gate, gate_states,
                                              (lambda: models[first].make_state()) if has_states else (lambda: None),
-                                             cm_call), "compute_units": compute_units}
+                                             cm_call, keep_outputs), "compute_units": compute_units}
     elif macos is not None:
         backends["coreml"] = {"skipped": f"Core ML states need macOS 15 (this is {'.'.join(map(str, macos))})"}
     else:

@@ -8,10 +8,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def fish_tiny(tmp_path_factory) -> Path:
-    from anetts.models.fish.weights import materialize
+    from anetts.weights import materialize_weights
 
     out = tmp_path_factory.mktemp("fish") / "weights"
-    materialize({"source": "synthetic", "preset": "fish-tiny", "seed": 0}, out)
+    materialize_weights("fish", {"source": "synthetic", "preset": "fish-tiny", "seed": 0}, out)
     return out
 
 

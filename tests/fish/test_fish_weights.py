@@ -15,7 +15,7 @@ from anetts.models.fish import weights as W
 from anetts.models.fish.config import FishConfig, FishConfigError
 from anetts.models.fish.presets import preset
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
-from anetts.weights import WeightsSourceError
+from anetts.weights import WeightsSourceError, materialize_weights
 
 REVISION = "1" * 40  # any pinned sha: the fake hub cache below is keyed by it
 
@@ -83,10 +83,10 @@ def test_fish_tiny_layout_and_scales(fish_tiny):
 
 
 def test_synthesis_is_deterministic(fish_tiny, tmp_path):
-    again = W.materialize({"source": "synthetic", "preset": "fish-tiny", "seed": 0}, tmp_path / "w")
+    again = materialize_weights("fish", {"source": "synthetic", "preset": "fish-tiny", "seed": 0}, tmp_path / "w")
     first = json.loads((fish_tiny / "source.json").read_text())
     assert again["files"] == first["files"]
-    other = W.materialize({"source": "synthetic", "preset": "fish-tiny", "seed": 1}, tmp_path / "w1")
+    other = materialize_weights("fish", {"source": "synthetic", "preset": "fish-tiny", "seed": 1}, tmp_path / "w1")
     shard = "model-00001-of-00004.safetensors"
     assert other["files"][shard] != first["files"][shard]
 
@@ -146,12 +146,12 @@ def test_bad_weights_name_the_tensor(fish_tiny, tmp_path, case, message):
 
 
 def test_local_source_copies_and_validates(fish_tiny, tmp_path):
-    record = W.materialize({"source": "local", "path": str(fish_tiny)}, tmp_path / "a" / "weights")
+    record = materialize_weights("fish", {"source": "local", "path": str(fish_tiny)}, tmp_path / "a" / "weights")
     assert record["files"] == {k: v for k, v in json.loads((fish_tiny / "source.json").read_text())["files"].items()}
     broken = shutil.copytree(fish_tiny, tmp_path / "broken")
     (broken / "model-00002-of-00004.safetensors").unlink()
     with pytest.raises(WeightsSourceError, match="missing weight file: .*model-00002-of-00004.safetensors"):
-        W.materialize({"source": "local", "path": str(broken)}, tmp_path / "b" / "weights")
+        materialize_weights("fish", {"source": "local", "path": str(broken)}, tmp_path / "b" / "weights")
     assert not (tmp_path / "b" / "weights").exists(), "a failed source must leave no weights dir"
 
 
@@ -173,10 +173,10 @@ def test_hf_source_offline_from_cache(fish_tiny, tmp_path, monkeypatch, hf_offli
     _fake_hub_cache(tmp_path / "hub", fish_tiny)
     monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path / "hub"))
     src = {"source": "hf", "repo_id": W.HF_REPO, "revision": REVISION}
-    record = W.materialize(src, tmp_path / "m" / "weights")
+    record = materialize_weights("fish", src, tmp_path / "m" / "weights")
     assert record["revision"] == REVISION and (tmp_path / "m" / "weights" / W.INDEX_NAME).is_file()
     with pytest.raises(WeightsSourceError, match="unreachable"):
-        W.materialize(dict(src, revision="0" * 40), tmp_path / "n" / "weights")
-    with pytest.raises(WeightsSourceError, match="pinned 40-hex commit"):
-        W.materialize(dict(src, revision="main"), tmp_path / "n" / "weights")
+        materialize_weights("fish", dict(src, revision="0" * 40), tmp_path / "n" / "weights")
+    with pytest.raises(WeightsSourceError, match="pinned 40-hex commit revision"):
+        materialize_weights("fish", dict(src, revision="main"), tmp_path / "n" / "weights")
     assert not (tmp_path / "n" / "weights").exists()

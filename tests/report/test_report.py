@@ -119,7 +119,7 @@ def test_declared_inputs_are_what_the_directory_holds(built_workflow, model_dir,
 
     monkeypatch.chdir(built_workflow)
     wf = WorkflowConfig(yaml.safe_load(Path("config.yaml").read_text()), root=built_workflow)
-    declared = report_inputs(wf, MODEL, {"weights": "artifacts/{model}/benchmarks/weights.tsv"})
+    declared = report_inputs(wf, MODEL, {"weights": ("artifacts/{model}/benchmarks/weights.tsv", None)})
     found = discover_inputs(Path("artifacts") / MODEL)
     assert declared["job_benchmarks"] == ["artifacts/kokoro-tiny/benchmarks/weights.tsv"]
     for key in declared:

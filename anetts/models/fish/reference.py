@@ -153,6 +153,7 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
       slow_logits (F, V)          full slow logits before the bias
       slow_hidden (F, D)          final-normed slow state (the fast AR's input)
       prefill_layer_hidden (L+1, T, D)  residual stream of every prompt position before layer 0..L-1 and after the last
+      prefill_slow_hidden (T, D)  final-normed slow state of every prompt position
       decode_layer_hidden (F-1, L+1, D) the same for each decode step
       semantic_tokens (F,), codes (F, num_codebooks), fast_logits (F, num_codebooks, codebook_size)
       positions (F,)              slow position that produced each frame
@@ -176,6 +177,8 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
             layer_hidden = torch.stack(captured)  # (L+1, S, D)
             if f == 0:
                 out["prefill_layer_hidden"] = layer_hidden.float().numpy()
+                # upstream's final-normed state of every prompt position (it returns only the last's)
+                out["prefill_slow_hidden"] = model.fast_project_in(model.norm(layer_hidden[-1][None]))[0].float().numpy()
             else:
                 out["decode_layer_hidden"].append(layer_hidden[:, -1].float().numpy())
             logits, hidden = r.logits[0, -1].float(), r.hidden_states[0, -1]
@@ -200,10 +203,11 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
     finally:
         for h in hooks:
             h.remove()
-    result = {k: np.asarray(v) for k, v in out.items() if k != "prefill_layer_hidden"}
+    result = {k: np.asarray(v) for k, v in out.items() if k not in ("prefill_layer_hidden", "prefill_slow_hidden")}
     result["decode_layer_hidden"] = np.asarray(out["decode_layer_hidden"]).reshape(
         n_frames - 1, cfg.slow.n_layer + 1, cfg.slow.dim)
     result["prefill_layer_hidden"] = out["prefill_layer_hidden"]
+    result["prefill_slow_hidden"] = out["prefill_slow_hidden"]
     result["prompt"] = prompt
     result["semantic_tokens"] = result["semantic_tokens"].astype(np.int64)
     result["codes"] = result["codes"].astype(np.int64)

@@ -16,16 +16,13 @@ import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 import struct
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
-from anetts.artifacts import tree_sha256, write_json
+from anetts.artifacts import write_json
 from anetts.models.fish import presets as _presets
 from anetts.models.fish import tokenizer as tok
 from anetts.models.fish.config import CONFIG_NAME, ARDims, FishConfig, FishConfigError, read_config_json
@@ -286,59 +283,12 @@ def make_synthetic(out_dir: Path, preset_name: str, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-# Sources: synthetic, hf (pinned revision), local
+# Real sources (hf, local): anetts.weights fetches config + index, then this names the shards
 # ---------------------------------------------------------------------------------------
 
-def _fetch_hf(repo_id: str, revision: str, dest: Path) -> None:
-    from anetts.weights import _fetch_hf as fetch
-
-    fetch(repo_id, revision, [CONFIG_NAME, INDEX_NAME], dest)  # the index names the shards
-    fetch(repo_id, revision, [tok.TOKENIZER_NAME, *shard_files(dest)], dest)
-
-
-def _copy_local(src: Path, dest: Path) -> None:
-    from anetts.weights import _copy_local as copy
-
-    copy(src, [CONFIG_NAME, INDEX_NAME], dest)
-    copy(src, [tok.TOKENIZER_NAME, *shard_files(dest)], dest)
-
-
-def materialize(source: dict, out_dir: Path) -> dict:
-    """Create `out_dir` from a weights source block; it only appears once validation passed.
-
-    source: {"source": "synthetic", "preset", "seed"} | {"source": "hf", "repo_id", "revision"}
-            | {"source": "local", "path"}
-    """
-    from anetts.weights import WeightsSourceError
-
-    kind = source.get("source")
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        staging = work / "weights"
-        staging.mkdir()
-        record = {"family": "fish", **source}
-        if kind == "synthetic":
-            record["synthesis"] = make_synthetic(staging, source["preset"], int(source.get("seed", 0)))
-        elif kind == "hf":
-            revision = source.get("revision", "")
-            if len(revision) != 40 or any(c not in "0123456789abcdef" for c in revision):
-                raise WeightsSourceError(f"hf source needs a pinned 40-hex commit revision, got {revision!r}")
-            _fetch_hf(source.get("repo_id", HF_REPO), revision, staging)
-        elif kind == "local":
-            _copy_local(Path(os.path.expanduser(source["path"])), staging)
-        else:
-            raise WeightsSourceError(f"weights.source must be one of synthetic, hf, local; got {kind!r}")
-        validate_weights_dir(staging)
-        record["files"] = {p.name: tree_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
-        write_json(staging / "source.json", record)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-        return record
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def gather_shards(fetch, staging: Path) -> None:
+    """Fetch the tokenizer and every shard the (already fetched) index names."""
+    fetch([tok.TOKENIZER_NAME, *shard_files(staging)])
 
 
 def load_state(weights_dir: Path, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:

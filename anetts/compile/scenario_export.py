@@ -1,0 +1,143 @@
+"""Export a scenario stage at one bucket: one TorchScript per function, and the scenario parity plays.
+
+Outputs (written atomically, nothing is left behind on failure):
+    <bucket>.functions/<function>.pt  TorchScript of each function (one module, traced per input shape)
+    <bucket>.scenario.npz             the teacher-forced calls (inputs, valid regions) and per call
+                                      upstream's outputs plus the eager wrapper's states
+                                      (`anetts.verify.scenario.save_scenario`)
+    <bucket>.export.json              functions, geometry, eager-vs-upstream and trace-vs-eager
+                                      errors, the positions checked, timings, provenance
+
+The expected outputs are upstream's own tensors (the shared reference run), not the wrapper's: the
+wrapper is checked against them here at fp32 (`EAGER_MIN_DB`), the package against them in parity.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from anetts.artifacts import atomic_outputs, clear_outputs, write_json
+from anetts.compile.trace import TRACE_REL_TOL, ExportError, load_reference
+from anetts.provenance import provenance
+from anetts.stage import Family
+from anetts.verify.metrics import compare, top1_agreement
+from anetts.verify.scenario import record_eager, save_scenario
+
+log = logging.getLogger(__name__)
+
+# The fp32 wrapper and fp32 upstream do the same math in another op order; below this SNR on any
+# call the wrapper is wrong (a RoPE layout, a mask, a missing norm), not rounded.
+EAGER_MIN_DB = 70.0
+
+
+def _positions(scenario) -> list[int]:
+    return [int(c.inputs["pos"][0]) if "pos" in c.inputs else i for i, c in enumerate(scenario.calls)]
+
+
+def _trace(module, fn, inputs: dict) -> tuple[torch.jit.ScriptModule, dict]:
+    """Trace `fn` on one of its calls' inputs from zeroed states; check the trace against eager."""
+    args = tuple(torch.from_numpy(np.ascontiguousarray(inputs[t.name])) for t in fn.inputs)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager = copy.deepcopy(module)(*args)  # forward writes the state buffers: every run on a copy
+        traced = torch.jit.trace(copy.deepcopy(module), args, check_trace=False, strict=False)
+        replay = traced(*args)
+    eager = eager if isinstance(eager, tuple) else (eager,)
+    replay = replay if isinstance(replay, tuple) else (replay,)
+    errors = {}
+    for t, e, r in zip(fn.outputs, eager, replay):
+        max_abs = float((e.double() - r.double()).abs().max())
+        scale = float(e.double().abs().max()) or 1.0
+        errors[t.name] = {"max_abs": max_abs, "ref_absmax": scale}
+        if not np.isfinite(max_abs) or max_abs > TRACE_REL_TOL * scale:
+            raise ExportError(f"{fn.name}: traced output {t.name} differs from eager by {max_abs:.3g}")
+    return traced, errors
+
+
+def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: int, params: dict, weights_dir: Path,
+                          reference: Path, out_functions: Path, out_scenario: Path, out_json: Path) -> dict:
+    out_functions, out_scenario, out_json = Path(out_functions), Path(out_scenario), Path(out_json)
+    clear_outputs(out_functions, out_scenario, out_json)
+    t0 = time.perf_counter()
+    stage = family.scenario_stage(stage_name, params, weights_dir)
+    functions = stage.functions(size)
+    model = stage.load(weights_dir, size)
+    module = stage.build(model).eval()
+    scenario, upstream = stage.scenario(model, size, load_reference(reference))
+    t1 = time.perf_counter()
+    eager = record_eager(copy.deepcopy(module), scenario)
+    t2 = time.perf_counter()
+
+    # the wrapper vs upstream, every call (the package is later scored against upstream alone)
+    worst, per_output = {}, {}
+    for i, (e, u) in enumerate(zip(eager, upstream)):
+        valid = scenario.calls[i].valid
+        for name, want in u.items():
+            got, ref = e[name], want
+            if valid.get(name):
+                axis, n = valid[name]
+                got, ref = np.take(got, np.arange(n), axis=axis), np.take(ref, np.arange(n), axis=axis)
+            db = compare(ref, got)["snr_db"]
+            worst[name] = min(worst.get(name, np.inf), db)
+            per_output.setdefault(name, []).append(round(float(db), 2))
+    bad = {k: v for k, v in worst.items() if not v >= EAGER_MIN_DB}
+    if bad:
+        raise ExportError(f"{stage_name}/{stage.name}: the eager wrapper differs from upstream (worst dB per output "
+                          f"{ {k: round(float(v), 1) for k, v in bad.items()} }, need >= {EAGER_MIN_DB})")
+    top1 = {}
+    for name in stage.logits_outputs():
+        top1[name] = top1_agreement(np.stack([u[name].reshape(-1) for u in upstream]),
+                                    np.stack([e[name].reshape(-1) for e in eager]))
+
+    expected = [{**{k: v for k, v in e.items() if k.startswith("state/")}, **u} for e, u in zip(eager, upstream)]
+    first_call = {}
+    for c in scenario.calls:
+        first_call.setdefault(c.function, c.inputs)
+    t3 = time.perf_counter()
+    traced, trace_errors = {}, {}
+    for fn in functions:
+        if fn.name not in first_call:
+            raise ExportError(f"{stage_name}: the scenario never calls function {fn.name!r}; parity could not check it")
+        traced[fn.name], trace_errors[fn.name] = _trace(module, fn, first_call[fn.name])
+    t4 = time.perf_counter()
+
+    positions = _positions(scenario)
+    report = {
+        "kind": "scenario",
+        "stage": stage_name,
+        "bucket": bucket,
+        "size": size,
+        "description": stage.description,
+        "functions": [f.to_json() for f in functions],
+        "default_function": functions[0].name,
+        "geometry": stage.geometry(size),
+        "scenario": scenario.name,
+        "calls": len(scenario.calls),
+        "calls_per_function": {f.name: sum(c.function == f.name for c in scenario.calls) for f in functions},
+        "positions_checked": [min(positions), max(positions)],
+        "logits_outputs": list(stage.logits_outputs()),
+        "eager_vs_upstream": {"min_snr_db": {k: round(float(v), 2) for k, v in worst.items()},
+                              "per_call_db": per_output, "top1": top1, "gate_db": EAGER_MIN_DB},
+        "trace_vs_eager": trace_errors,
+        "seconds": {"prepare": round(t1 - t0, 3), "eager_scenario": round(t2 - t1, 3), "trace": round(t4 - t3, 3)},
+        "provenance": provenance(),
+    }
+    return _write(report, traced, scenario, expected, out_functions, out_scenario, out_json)
+
+
+def _write(report, traced, scenario, expected, out_functions, out_scenario, out_json) -> dict:
+    with atomic_outputs(out_functions, out_scenario, out_json) as (tmp_fns, tmp_scenario, tmp_json):
+        tmp_fns.mkdir()
+        for name, module in traced.items():
+            torch.jit.save(module, str(tmp_fns / f"{name}.pt"))
+        save_scenario(tmp_scenario, scenario, expected)
+        write_json(tmp_json, report)
+    log.info("exported %s/%s: %d functions, %d calls (%s)", report["stage"], report["bucket"], len(traced),
+             report["calls"], report["seconds"])
+    return report

@@ -1,0 +1,42 @@
+"""Fish S2 Pro's declaration: what the workflow needs to know without importing torch or fish-speech."""
+from __future__ import annotations
+
+from anetts.family import FamilyDecl, StageDecl
+
+_F = "models/fish"
+# every stage wrapper is built on these (config, per-layer loading, the shared transformer block)
+_SHARED = (f"{_F}/config.py", f"{_F}/loader.py", f"{_F}/weights.py", f"{_F}/stages/layers.py", f"{_F}/impl.py")
+_WEIGHTS_COMMON = ("weights.py", f"{_F}/weights.py", f"{_F}/config.py", f"{_F}/tokenizer.py")
+
+# The Fish Audio Research License (../shared/reference/fish.md §7): research and non-commercial use;
+# redistributing converted packages needs the agreement, a NOTICE and "Built with Fish Audio".
+LICENCE = ("Fish Audio Research License (research and non-commercial use only). This model is licensed "
+           "under the Fish Audio Research License, Copyright © 39 AI, INC. All Rights Reserved. "
+           "Modified by ane-tts: converted to Core ML (fp16, layer chunks, restricted LM head). "
+           "Built with Fish Audio.")
+
+DECLARATION = FamilyDecl(
+    name="fish",
+    stages={
+        "slow_chunk": StageDecl("slow_chunk", "context", (f"{_F}/stages/slow_chunk.py", *_SHARED), uses_reference=True,
+                                kind="scenario", repeat="chunks",
+                                description="slow-AR layers [a, b) with prefill + decode and an fp16 KV state"),
+        "lm_head": StageDecl("lm_head", "context", (f"{_F}/stages/lm_head.py", *_SHARED), uses_reference=True,
+                             kind="scenario",
+                             description="tied head over the 4,096 semantic ids + <|im_end|> (all upstream can sample)"),
+        "fast_ar": StageDecl("fast_ar", "context", (f"{_F}/stages/fast_ar.py", *_SHARED), uses_reference=True,
+                             kind="scenario", description="fast AR: one call per codebook, a 10-slot KV state"),
+    },
+    implementation="anetts.models.fish.impl",
+    runtime=None,  # the generation runtime (codec, sampling) is the next step
+    licence=LICENCE,
+    upstream=("fish-speech", "transformers"),
+    weights_code={
+        "synthetic": (*_WEIGHTS_COMMON, f"{_F}/presets.py"),
+        "hf": _WEIGHTS_COMMON,
+        "local": _WEIGHTS_COMMON,
+    },
+    reference_code=(f"{_F}/reference.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
+    assets_code=(f"{_F}/assets.py",),
+    chain_code=(f"{_F}/chain_check.py", f"{_F}/stages/chain.py"),
+)

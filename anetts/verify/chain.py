@@ -1,0 +1,34 @@
+"""The compiled-chain gate (rule `chain_parity`): run the family's chain check, write its report
+only if it passed, else a `.failed.json` beside it and an error naming the failed checks."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from anetts.artifacts import atomic_outputs, clear_outputs, write_json
+from anetts.families import get_family
+from anetts.options import Gate
+from anetts.verify.parity import ParityError
+
+log = logging.getLogger(__name__)
+
+
+def check_chain_report(family_name: str, packages: dict, assets_dir: Path, reference: Path, gate: dict,
+                       stage_params: dict, out_json: Path) -> dict:
+    out_json = Path(out_json)
+    clear_outputs(out_json)
+    family = get_family(family_name)
+    if family.check_chain is None:
+        raise ParityError(f"family {family_name!r} has no chain check")
+    report = family.check_chain({k: Path(v) for k, v in packages.items()}, Path(assets_dir), Path(reference),
+                                Gate.make(**gate), stage_params)
+    if report["passed"]:
+        with atomic_outputs(out_json) as (tmp,):
+            write_json(tmp, report)
+        if not report.get("meets_target", True):
+            log.warning("chain %s: passed below the %s dB target", out_json.stem, gate.get("target_snr_db"))
+        return report
+    failed = out_json.with_name(out_json.stem + ".failed.json")
+    write_json(failed, report)
+    bad = sorted(k for k, ok in report["checks"].items() if not ok)
+    raise ParityError(f"compiled chain {out_json.stem} failed {bad}; report: {failed}")

@@ -1,0 +1,162 @@
+"""Fish in the DAG: `snakemake all --config model=fish-tiny` builds gated, manifested packages
+(scenario stages: multifunction packages with fp16 KV states, parity by teacher-forced scenarios
+against upstream, the compiled chain gated), and the config expands repeated stages per model."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+
+from anetts.workflow import ConfigError, WorkflowConfig
+from workflow_helpers import REPO, make_workflow_copy, run_snakemake
+
+MODEL = "fish-tiny"
+
+
+def fish_config(weights_dir=None, frames: int = 72) -> dict:
+    """The repo config with fish-tiny the model; fewer frames than the default keeps CI short
+    (still >= 64 decode steps per slow chunk and >= 64 frames for the fast AR)."""
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["model"] = MODEL
+    cfg["families"]["fish"]["scenario_frames"] = frames
+    for st in cfg["families"]["fish"]["stages"].values():
+        st["buckets"] = [256]
+    if weights_dir is not None:
+        cfg["models"][MODEL]["weights"] = {"source": "local", "path": str(weights_dir)}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def fish_build(tmp_path_factory, fish_tiny):
+    workdir = make_workflow_copy(tmp_path_factory.mktemp("fishwf"), fish_config(fish_tiny))
+    run_snakemake(workdir, "all")
+    return workdir
+
+
+def test_config_expands_repeated_stages_per_model():
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    wf = WorkflowConfig(cfg)
+    assert wf.stages("fish-tiny") == ["slow_chunk0", "slow_chunk1", "lm_head", "fast_ar"]
+    # the model's own stage settings override its family's: fish-s2-pro sets more chunks
+    assert wf.stages("fish-s2-pro")[:-2] == [f"slow_chunk{k}" for k in range(cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"])]
+    assert wf.stage_params("fish-tiny", "slow_chunk1")["index"] == 1
+    assert wf.stage_kind("fish-tiny", "lm_head") == "scenario" and wf.stage_kind("kokoro-tiny", "duration") == "bucketed"
+    assert wf.bundles("fish-tiny") == []  # a scenario stage's package already holds its functions
+    assert wf.chain_reports("fish-tiny") == ["artifacts/fish-tiny/chain/ctx320.json"]
+    assert wf.chain_reports("kokoro-tiny") == []
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["families"]["fish"]["stages"]["slow_chunk"].pop("chunks"), "needs `chunks`"),
+    (lambda c: c["families"]["fish"].pop("scenario_frames"), "families.fish.scenario_frames"),
+    (lambda c: c["models"]["fish-tiny"].update(stages={"slow_chunks": {"chunks": 2}}), "models.fish-tiny.stages.slow_chunks"),
+])
+def test_bad_fish_config_names_the_key(edit, message):
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    edit(cfg)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        WorkflowConfig(cfg)
+
+
+@pytest.mark.parametrize("model, chunks", [("fish-tiny", 2), ("fish-s2-pro", 6)])
+def test_dry_run_lists_every_fish_job(tmp_path, model, chunks):
+    cfg = fish_config()
+    cfg["model"] = model
+    workdir = make_workflow_copy(tmp_path / "wf", cfg)
+    out = run_snakemake(workdir, "-n", "all").stdout
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    n = chunks + 2
+    assert {k: int(counts[k]) for k in ("export_scenario", "convert_scenario", "parity_scenario", "chain_parity")} == \
+        {"export_scenario": n, "convert_scenario": n, "parity_scenario": n, "chain_parity": 1}
+    assert "export" not in counts and "bundle" not in counts
+
+
+def test_fish_build_is_gated_and_manifested(fish_build):
+    mdir = fish_build / "artifacts" / MODEL
+    m = json.loads((mdir / "manifest.json").read_text())
+    assert m["family"] == "fish" and "Fish Audio Research License" in m["licence"]
+    assert [(p["stage"], p["bucket"]) for p in m["packages"]] == [
+        ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("lm_head", "ctx256"), ("fast_ar", "ctx256")]
+    for p in m["packages"]:
+        assert p["kind"] == "scenario" and p["parity"]["passed"]
+        assert (mdir / p["path"]).is_dir() and (mdir / p["example_inputs"]).is_file()
+    chunk = m["packages"][0]
+    assert set(chunk["functions"]) == {"prefill", "decode"}
+    states = chunk["functions"]["decode"]["states"]
+    assert states and all(s["dtype"] == "float16" and s["shape"][2] == 256 for s in states)
+    assert m["chain"] and all(c["passed"] for c in m["chain"])
+    assert {a["name"] for a in m["assets"]} >= {"tokenizer.json", "config.json", "embeddings.fp16.npy"}
+    assert m["bundles"] == []
+
+
+def test_fish_parity_checks_every_position_against_upstream(fish_build):
+    par = fish_build / "artifacts" / MODEL / "parity"
+    chunk = json.loads((par / "slow_chunk1" / "ctx256.json").read_text())
+    mil = chunk["backends"]["mil"]
+    assert chunk["calls_per_function"]["decode"] >= 64  # decode steps at positions well past 0
+    lo, hi = chunk["positions_checked"]
+    assert lo == 0 and hi >= 149 + 64
+    assert all(c["passed"] and c["min_snr_db"] >= 35 for c in mil["calls"])
+    assert mil["calls"][-1]["states_min_snr_db"] >= 35  # the KV rows written so far, compared too
+    head = json.loads((par / "lm_head" / "ctx256.json").read_text())
+    assert head["backends"]["mil"]["top1"]["logits"]["agreement"] >= 0.99
+    fast = json.loads((par / "fast_ar" / "ctx256.json").read_text())
+    assert fast["calls"] >= 64 * 10 and fast["backends"]["mil"]["top1"]["logits"]["agreement"] >= 0.99
+    chain = json.loads((fish_build / "artifacts" / MODEL / "chain" / "ctx256.json").read_text())
+    tf = chain["teacher_forced"]
+    assert tf["frames"] >= 64 and tf["head_top1"] >= 0.99 and tf["fast_codes_agreement"] >= 0.99
+    assert chain["closed_loop"]["frames"] == tf["frames"]
+
+
+def test_package_metadata_carries_the_licence(fish_build):
+    from anetts.mil import load_program  # noqa: F401 - the package must also load for the executor
+    from coremltools.models.utils import load_spec
+
+    spec = load_spec(str(fish_build / "artifacts" / MODEL / "packages" / "lm_head" / "ctx256.mlpackage"))
+    assert "Fish Audio Research License" in spec.description.metadata.license
+    assert "Built with Fish Audio" in spec.description.metadata.license
+    assert spec.description.metadata.userDefined["anetts.family"] == "fish"
+
+
+def test_a_wrong_package_fails_its_scenario_and_leaves_no_report(fish_build, tmp_path):
+    """Upstream's expected outputs perturbed (as a package from other weights would score): the gate fails."""
+    from anetts.options import Gate
+    from anetts.verify.parity import ParityError
+    from anetts.verify.scenario import load_scenario, save_scenario
+    from anetts.verify.scenario_parity import check_scenario_parity, run_scenario_parity
+
+    exp = fish_build / "artifacts" / MODEL / "export" / "fast_ar"
+    scenario, expected = load_scenario(exp / "ctx256.scenario.npz")
+    g = np.random.default_rng(0)
+    wrong = [{k: (v + 0.2 * np.std(v) * g.standard_normal(v.shape).astype(v.dtype) if k == "logits" else v)
+              for k, v in e.items()} for e in expected]
+    save_scenario(tmp_path / "wrong.scenario.npz", scenario, wrong)
+    report = run_scenario_parity(fish_build / "artifacts" / MODEL / "packages" / "fast_ar" / "ctx256.mlpackage",
+                                 tmp_path / "wrong.scenario.npz", exp / "ctx256.export.json", Gate.make())
+    assert not report["passed"]
+    with pytest.raises(ParityError, match="fast_ar/ctx256 failed its scenario gate"):
+        check_scenario_parity(report, tmp_path / "r.json", tmp_path / "r.npz")
+    assert not (tmp_path / "r.json").exists() and (tmp_path / "r.failed.json").exists()
+
+
+def test_noop_rebuild_has_nothing_to_do(fish_build):
+    out = run_snakemake(fish_build, "-n", "all").stdout
+    assert "Nothing to be done" in out
+
+
+def test_size_lint_fails_an_oversized_package(fish_build, tmp_path):
+    """max_package_mb below a chunk's size: conversion fails naming the key and leaves no package."""
+    from anetts.compile.convert import ConversionError, ConvertOptions, convert_scenario_package
+
+    exp = fish_build / "artifacts" / MODEL / "export" / "lm_head"
+    out = tmp_path / "lm_head.mlpackage"
+    opts = ConvertOptions.make(deployment_target="macOS15", max_package_mb=0.1)
+    with pytest.raises(ConversionError, match="max_package_mb"):
+        convert_scenario_package(exp / "ctx256.functions", exp / "ctx256.export.json", out, tmp_path / "r.json",
+                                 opts, {"model": MODEL, "family": "fish"})
+    assert not out.exists() and not (tmp_path / "r.json").exists()

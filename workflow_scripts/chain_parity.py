@@ -1,0 +1,11 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir)
+from _glue import setup
+
+log = setup(snakemake)
+from anetts.verify.chain import check_chain_report
+
+check_chain_report(snakemake.params.family, dict(zip(snakemake.params.stages, snakemake.input.packages)),
+                   snakemake.input.assets, snakemake.input.reference, dict(snakemake.params.gate),
+                   dict(snakemake.params.stage_params), snakemake.output[0])
