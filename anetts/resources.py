@@ -73,8 +73,9 @@ RULES: dict[str, RuleSpec] = {
     "aimodel": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
     "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket"), "bucketed"),
     "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket"), "bucketed"),
-    "variant_manifest": RuleSpec(1, "packages", ("variant",)),
-    "variants_summary": RuleSpec(1, "packages", ()),
+    # variants compress bucketed stages only (anetts.variants)
+    "variant_manifest": RuleSpec(1, "packages", ("variant",), "bucketed"),
+    "variants_summary": RuleSpec(1, "packages", (), "bucketed"),
     "report": RuleSpec(1, "packages", ()),
 }
 # Rules without an action: never submitted, nothing to declare.
@@ -274,6 +275,21 @@ class RuleResources:
                                 f"allows, so it could never run; raise the cap, or override the declaration with "
                                 f"--set-resources {rule}:{name}=N")
         return value
+
+
+def rule_jobs(wf, rule: str, model: str) -> list[tuple[str | None, str | None]]:
+    """(stage, bucket) of every job `rule` has for `model` (RuleSpec.jobs and .wildcards say which)."""
+    rs = spec(rule)
+    stages = [s for s in wf.stages(model) if rs.jobs in (None, "chain") or wf.stage_kind(model, s) == rs.jobs]
+    if rs.jobs == "chain":
+        return [(None, Path(p).stem) for p in wf.chain_reports(model)]
+    if rs.jobs is not None and not stages:
+        return []
+    if rs.wildcards == ("bucket",):
+        return sorted({(None, b) for s in stages for b in wf.buckets(model, s) if wf.export_reference(model, s, b)})
+    if "stage" in rs.wildcards:
+        return [(s, b if "bucket" in rs.wildcards else None) for s in stages for b in wf.buckets(model, s)]
+    return [(None, None)]
 
 
 def spec(rule: str) -> RuleSpec:

@@ -60,14 +60,7 @@ def test_every_configured_job_has_resources_at_least_its_measurement():
     checked = 0
     for model in wf.model_names:
         for rule in RULES:
-            jobs = [(None, None)]
-            if RULES[rule].wildcards == ("bucket",):
-                jobs = sorted({(None, b) for s in wf.stages(model) for b in wf.buckets(model, s)
-                               if wf.export_reference(model, s, b)})
-            elif "stage" in RULES[rule].wildcards:
-                jobs = [(s, b if "bucket" in RULES[rule].wildcards else None)
-                        for s in wf.stages(model) for b in wf.buckets(model, s)]
-            for stage, bucket in jobs:
+            for stage, bucket in resources.rule_jobs(wf, rule, model):
                 d = res.declared(rule, model, stage, bucket)
                 assert d["mem_mb"] >= resources.MEM_FLOOR_MB and d["runtime"] >= 1 and d["disk_mb"] >= 1
                 for p in res.points(model, rule, stage):
@@ -175,8 +168,9 @@ def workflow_copy(tmp_path_factory, tiny_weights) -> Path:
 
 
 def test_slurm_dry_run_lists_every_job_with_its_declared_resources(workflow_copy):
-    # all + the optional targets: every rule that a scheduler packs
-    out = run_snakemake(workflow_copy, "-n", "--forceall", "all", "aimodels", "variants", "--profile", "profiles/slurm").stdout
+    # all + the optional targets + a Fish model (its scenario rules): every rule that a scheduler packs
+    out = run_snakemake(workflow_copy, "-n", "--forceall", "all", "aimodels", "variants", "artifacts/fish-tiny/manifest.json",
+                        "--profile", "profiles/slurm").stdout
     jobs = dry_run_jobs(out)
     wf = WorkflowConfig(yaml.safe_load((workflow_copy / "config.yaml").read_text()), root=workflow_copy)
     res = RuleResources(wf)

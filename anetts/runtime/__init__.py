@@ -60,13 +60,18 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
 
         model_dir = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir).model_dir
     artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target)
+    cls = runtime_class(artifacts.family)  # before the backend loads any package
     runner = make_backend(backend, artifacts, threads=threads, compute_units=compute_units)
-    return runtime_class(artifacts.family)(artifacts, runner)
+    return cls(artifacts, runner)
 
 
 def runtime_class(family: str):
     """The runtime a family declares (``module:Class``); the manifest's family picks it."""
-    module, _, name = declaration(family).runtime.partition(":")
+    decl = declaration(family)
+    if decl.runtime is None:
+        raise TTSError(f"family {family!r} has no runtime yet: its packages are built and verified, but "
+                       f"nothing in anetts synthesizes speech from them")
+    module, _, name = decl.runtime.partition(":")
     return getattr(importlib.import_module(module), name)
 
 

@@ -135,9 +135,11 @@ class ModelArtifacts:
         where = str(path)
         family = _require(manifest, "family", where)
         try:
-            stages = tuple(declaration(family).stages)
+            declared = tuple(declaration(family).stages)
         except KeyError as e:
             raise ArtifactError(f"{where}: {e.args[0]}") from None
+        # the build's stages (a repeated stage as its instances, slow_chunk0..N-1), else the declaration's
+        stages = tuple(manifest.get("stages") or declared)
 
         packages: dict[tuple[str, str], PackageEntry] = {}
         for i, p in enumerate(_require(manifest, "packages", where)):

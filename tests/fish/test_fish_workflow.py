@@ -160,3 +160,11 @@ def test_size_lint_fails_an_oversized_package(fish_build, tmp_path):
         convert_scenario_package(exp / "ctx256.functions", exp / "ctx256.export.json", out, tmp_path / "r.json",
                                  opts, {"model": MODEL, "family": "fish"})
     assert not out.exists() and not (tmp_path / "r.json").exists()
+
+
+def test_the_runtime_refuses_a_fish_build_clearly(fish_build):
+    import anetts
+    from anetts.runtime import TTSError
+
+    with pytest.raises(TTSError, match="family 'fish' has no runtime yet"):
+        anetts.load(fish_build / "artifacts" / MODEL, backend="mil")
