@@ -23,6 +23,8 @@ rule aimodel:
         "artifacts/{model}/logs/aimodel/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/aimodel/{stage}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("aimodel")
     resources:
         **RES.of("aimodel"),
@@ -50,6 +52,8 @@ rule aimodel_parity:
         "artifacts/{model}/logs/aimodel_parity/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/aimodel_parity/{stage}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("aimodel_parity")
     resources:
         **RES.of("aimodel_parity"),

@@ -11,6 +11,8 @@ rule runtime_assets:
         "artifacts/{model}/logs/runtime_assets.log",
     benchmark:
         "artifacts/{model}/benchmarks/runtime_assets.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("runtime_assets")
     resources:
         **RES.of("runtime_assets"),

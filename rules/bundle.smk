@@ -15,6 +15,8 @@ rule bundle:
         "artifacts/{model}/logs/bundle/{stage}.log",
     benchmark:
         "artifacts/{model}/benchmarks/bundle/{stage}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("bundle")
     resources:
         **RES.of("bundle"),
@@ -39,6 +41,8 @@ rule bundle_parity:
         "artifacts/{model}/logs/bundle_parity/{stage}.log",
     benchmark:
         "artifacts/{model}/benchmarks/bundle_parity/{stage}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("bundle_parity")
     resources:
         **RES.of("bundle_parity"),

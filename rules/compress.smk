@@ -35,6 +35,8 @@ rule compress:
         "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/compress/{variant}/{stage}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("compress")
     resources:
         **RES.of("compress"),
@@ -61,6 +63,8 @@ rule variant_manifest:
         "artifacts/{model}/logs/variant_manifest/{variant}.log",
     benchmark:
         "artifacts/{model}/benchmarks/variant_manifest/{variant}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("variant_manifest")
     resources:
         **RES.of("variant_manifest"),
@@ -80,6 +84,8 @@ rule variants_summary:
         "artifacts/{model}/logs/variants_summary.log",
     benchmark:
         "artifacts/{model}/benchmarks/variants_summary.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("variants_summary")
     resources:
         **RES.of("variants_summary"),

@@ -19,6 +19,8 @@ rule convert:
         "artifacts/{model}/logs/convert/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/convert/{stage}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("convert")
     resources:
         **RES.of("convert"),

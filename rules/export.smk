@@ -22,6 +22,8 @@ rule export:
         "artifacts/{model}/logs/export/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/export/{stage}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("export")
     resources:
         **RES.of("export"),

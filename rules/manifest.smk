@@ -23,6 +23,8 @@ rule manifest:
         "artifacts/{model}/logs/manifest.log",
     benchmark:
         "artifacts/{model}/benchmarks/manifest.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("manifest")
     resources:
         **RES.of("manifest"),

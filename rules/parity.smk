@@ -22,6 +22,8 @@ rule parity:
         "artifacts/{model}/logs/parity/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/parity/{stage}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("parity")
     resources:
         **RES.of("parity"),
@@ -102,6 +104,8 @@ rule parity_summary:
         "artifacts/{model}/logs/parity_summary.log",
     benchmark:
         "artifacts/{model}/benchmarks/parity_summary.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("parity_summary")
     resources:
         **RES.of("parity_summary"),

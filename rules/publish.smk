@@ -26,5 +26,7 @@ rule publish_model:
         target=lambda w: WF.publish_target(),
     log:
         "artifacts/{model}/logs/publish.log",
+    conda:
+        "../envs/anetts.yaml"
     script:
         "../workflow_scripts/publish.py"

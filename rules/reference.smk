@@ -14,6 +14,8 @@ rule reference:
         "artifacts/{model}/logs/reference/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/reference/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("reference")
     resources:
         **RES.of("reference"),

@@ -28,6 +28,8 @@ rule report:
         "artifacts/{model}/logs/report.log",
     benchmark:
         "artifacts/{model}/benchmarks/report.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("report")
     resources:
         **RES.of("report"),

@@ -13,6 +13,8 @@ rule weights:
         "artifacts/{model}/logs/weights.log",
     benchmark:
         "artifacts/{model}/benchmarks/weights.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("weights")
     resources:
         **RES.of("weights"),

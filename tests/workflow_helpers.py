@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "workflow_scripts", "anetts")
+WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "workflow_scripts", "envs", "anetts")
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from anetts.artifacts import atomic_outputs, tree_sha256
 from anetts.compile.inspect import (BlobFile, _function_blocks, _resolve_blob_path, _walk, fp16_bytes,
                                   function_io, function_weights, load_spec, package_files)
+from anetts.compile.reproducible import stabilize_package
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use
 
@@ -175,6 +176,7 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
                     if texts.get(f.name):
                         f.shortDescription = texts[f.name]
         spec_file.write_bytes(spec.SerializeToString())
+        stabilize_package(tmp)  # the same inputs give the same bytes (sha256)
         _verify(tmp, packages, src_io, src_ops, default_function)
         bundle_bytes = _dir_bytes(tmp)
         sha = tree_sha256(tmp)

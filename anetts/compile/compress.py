@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.compile.reproducible import stabilize_package
 from anetts.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, example
     t1 = time.perf_counter()
     with atomic_outputs(*outs) as (tmp_pkg, tmp_report, tmp_parity):
         mlmodel.save(str(tmp_pkg))
+        stabilize_package(tmp_pkg)  # the same inputs give the same bytes (sha256)
         report = run_parity(tmp_pkg, example_inputs, export_outputs, export_report, gate, compute_units=compute_units)
         report.pop("_arrays", None)  # the base parity job keeps the plot arrays; a variant needs its numbers
         nbytes, wbytes = _bytes(tmp_pkg), _weight_bytes(tmp_pkg)

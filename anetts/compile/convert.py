@@ -22,6 +22,7 @@ from pathlib import Path
 from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.inspect import apply_lint_policy, inspect_package
+from anetts.compile.reproducible import stabilize_package
 from anetts.compile.rewrite import LinearRewrite
 from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
@@ -171,6 +172,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     with atomic_outputs(*outs) as tmps:
         tmp_pkg, tmp_report = tmps[:2]
         mlmodel.save(str(tmp_pkg))
+        stabilize_package(tmp_pkg)  # the same inputs give the same bytes (sha256)
         io = package_io(tmp_pkg)
         _check_io(spec, io, tmp_pkg)
         _check_states(function, io, tmp_pkg)

@@ -361,6 +361,7 @@ def rewrite_package(src, dst, variant: str, where: str = "") -> dict:
     from pathlib import Path
 
     from anetts.artifacts import atomic_outputs
+    from anetts.compile.reproducible import stabilize_package
 
     _check_variant(variant)
     with warnings.catch_warnings():
@@ -403,5 +404,6 @@ def rewrite_package(src, dst, variant: str, where: str = "") -> dict:
     out_spec.description.metadata.userDefined["anetts.linear_rewrite"] = variant
     with atomic_outputs(Path(dst)) as (tmp,):
         ct.models.MLModel(out_spec, weights_dir=mlmodel.weights_dir, skip_model_load=True).save(str(tmp))
+        stabilize_package(tmp)  # the same inputs give the same bytes (sha256)
         rw.check(tmp)
     return rw.report()
