@@ -13,12 +13,6 @@ rule aimodel:
     output:
         asset=directory("artifacts/{model}/aimodels/{stage}/{bucket}.aimodel"),
         report="artifacts/{model}/aimodels/{stage}/{bucket}.json",
-    params:
-        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
-        family=lambda w: WF.family_of(w.model),
-        precision=lambda w: WF.convert_options(w.model, w.stage)["precision"],
-        model_meta=lambda w: WF.model_meta(w.model),
-        versions=WF.versions("torch", "coreai-core", "coreai-torch"),
     log:
         "artifacts/{model}/logs/aimodel/{stage}/{bucket}.log",
     benchmark:
@@ -28,6 +22,12 @@ rule aimodel:
     threads: RES.threads("aimodel")
     resources:
         **RES.of("aimodel"),
+    params:
+        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
+        family=lambda w: WF.family_of(w.model),
+        precision=lambda w: WF.convert_options(w.model, w.stage)["precision"],
+        model_meta=lambda w: WF.model_meta(w.model),
+        versions=WF.versions("torch", "coreai-core", "coreai-torch"),
     script:
         "../workflow_scripts/aimodel.py"
 
@@ -44,10 +44,6 @@ rule aimodel_parity:
     output:
         report="artifacts/{model}/aimodel_parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/aimodel_parity/{stage}/{bucket}.outputs.npz",
-    params:
-        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
-        family=lambda w: WF.family_of(w.model),
-        gate=lambda w: WF.parity_gate(w.model, w.stage),
     log:
         "artifacts/{model}/logs/aimodel_parity/{stage}/{bucket}.log",
     benchmark:
@@ -57,6 +53,10 @@ rule aimodel_parity:
     threads: RES.threads("aimodel_parity")
     resources:
         **RES.of("aimodel_parity"),
+    params:
+        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
+        family=lambda w: WF.family_of(w.model),
+        gate=lambda w: WF.parity_gate(w.model, w.stage),
     script:
         "../workflow_scripts/aimodel_parity.py"
 

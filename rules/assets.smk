@@ -5,8 +5,6 @@ rule runtime_assets:
         code=lambda w: WF.assets_code(w.model),
     output:
         directory("artifacts/{model}/assets"),
-    params:
-        family=lambda w: WF.family_of(w.model),
     log:
         "artifacts/{model}/logs/runtime_assets.log",
     benchmark:
@@ -16,5 +14,7 @@ rule runtime_assets:
     threads: RES.threads("runtime_assets")
     resources:
         **RES.of("runtime_assets"),
+    params:
+        family=lambda w: WF.family_of(w.model),
     script:
         "../workflow_scripts/assets.py"

@@ -1,7 +1,8 @@
 # Config validation, bucket lists and input functions shared by every rule.
 import sys
 
-sys.path.insert(0, workflow.basedir)  # use this checkout's anetts even if another is installed
+# use this checkout's anetts even if another is installed
+sys.path.insert(0, workflow.basedir)
 
 from snakemake.utils import validate
 

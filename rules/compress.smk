@@ -22,15 +22,11 @@ rule compress:
         export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
         code=VC.code(),
     output:
-        package=directory("artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"),
+        package=directory(
+            "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
+        ),
         report="artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.json",
         parity="artifacts/{model}/variants/{variant}/parity/{stage}/{bucket}.json",
-    params:
-        settings=lambda w: VC.settings(w.model, w.variant, w.stage),
-        gate=lambda w: VC.gate(w.model, w.variant, w.stage),
-        default_gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
-        versions=WF.versions("coremltools", "numpy"),
     log:
         "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
     benchmark:
@@ -40,6 +36,12 @@ rule compress:
     threads: RES.threads("compress")
     resources:
         **RES.of("compress"),
+    params:
+        settings=lambda w: VC.settings(w.model, w.variant, w.stage),
+        gate=lambda w: VC.gate(w.model, w.variant, w.stage),
+        default_gate=lambda w: WF.parity_gate(w.model, w.stage),
+        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
+        versions=WF.versions("coremltools", "numpy"),
     script:
         "../workflow_scripts/compress.py"
 
@@ -55,10 +57,6 @@ rule variant_manifest:
         assets="artifacts/{model}/assets",
     output:
         "artifacts/{model}/variants/{variant}/manifest.json",
-    params:
-        model_meta=lambda w: WF.model_meta(w.model),
-        stages=lambda w: WF.stage_settings(w.model),
-        compressed=lambda w: {s: VC.settings(w.model, w.variant, s) for s in VC.stages(w.model, w.variant)},
     log:
         "artifacts/{model}/logs/variant_manifest/{variant}.log",
     benchmark:
@@ -68,6 +66,13 @@ rule variant_manifest:
     threads: RES.threads("variant_manifest")
     resources:
         **RES.of("variant_manifest"),
+    params:
+        model_meta=lambda w: WF.model_meta(w.model),
+        stages=lambda w: WF.stage_settings(w.model),
+        compressed=lambda w: {
+            s: VC.settings(w.model, w.variant, s)
+            for s in VC.stages(w.model, w.variant)
+        },
     script:
         "../workflow_scripts/variant_manifest.py"
 

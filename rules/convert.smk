@@ -9,21 +9,21 @@ rule convert:
         report="artifacts/{model}/packages/{stage}/{bucket}.json",
         # op histogram, weight bytes, I/O and the ANE lint (`anetts inspect --json` of the package)
         inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
-    params:
-        options=lambda w: WF.convert_options(w.model, w.stage),
-        model_meta=lambda w: WF.model_meta(w.model),
-        versions=WF.versions("coremltools", "numpy"),
     log:
         "artifacts/{model}/logs/convert/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/convert/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("convert")
     resources:
         **RES.of("convert"),
+    params:
+        options=lambda w: WF.convert_options(w.model, w.stage),
+        model_meta=lambda w: WF.model_meta(w.model),
+        versions=WF.versions("coremltools", "numpy"),
     script:
         "../workflow_scripts/convert.py"
 
@@ -38,18 +38,20 @@ rule convert_scenario:
         package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
         report="artifacts/{model}/packages/{stage}/{bucket}.json",
         inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    params:
-        options=lambda w: WF.convert_options(w.model, w.stage),
-        model_meta=lambda w: WF.model_meta(w.model),
-        versions=WF.versions("coremltools", "numpy"),
     log:
         "artifacts/{model}/logs/convert_scenario/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/convert_scenario/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("scenario"),
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("convert_scenario")
     resources:
         **RES.of("convert_scenario"),
+    params:
+        options=lambda w: WF.convert_options(w.model, w.stage),
+        model_meta=lambda w: WF.model_meta(w.model),
+        versions=WF.versions("coremltools", "numpy"),
     script:
         "../workflow_scripts/convert_scenario.py"

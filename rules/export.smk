@@ -12,21 +12,21 @@ rule export:
         report="artifacts/{model}/export/{stage}/{bucket}.export.json",
         # eager (parity's reference) and traced outputs on the example inputs
         outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
-    params:
-        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
-        family=lambda w: WF.family_of(w.model),
-        versions=lambda w: WF.upstream_versions(w.model),
     log:
         "artifacts/{model}/logs/export/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/export/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("export")
     resources:
         **RES.of("export"),
+    params:
+        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
+        family=lambda w: WF.family_of(w.model),
+        versions=lambda w: WF.upstream_versions(w.model),
     script:
         "../workflow_scripts/export.py"
 
@@ -42,19 +42,21 @@ rule export_scenario:
         functions=directory("artifacts/{model}/export/{stage}/{bucket}.functions"),
         scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
         report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+    log:
+        "artifacts/{model}/logs/export_scenario/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/export_scenario/{stage}/{bucket}.tsv"
     wildcard_constraints:
         stage=WF.stage_regex("scenario"),
+    conda:
+        "../envs/anetts.yaml"
+    threads: RES.threads("export_scenario")
+    resources:
+        **RES.of("export_scenario"),
     params:
         size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
         family=lambda w: WF.family_of(w.model),
         stage=lambda w: WF.stage_params(w.model, w.stage),
         versions=lambda w: WF.upstream_versions(w.model),
-    log:
-        "artifacts/{model}/logs/export_scenario/{stage}/{bucket}.log",
-    benchmark:
-        "artifacts/{model}/benchmarks/export_scenario/{stage}/{bucket}.tsv"
-    threads: RES.threads("export_scenario")
-    resources:
-        **RES.of("export_scenario"),
     script:
         "../workflow_scripts/export_scenario.py"

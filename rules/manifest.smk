@@ -16,9 +16,6 @@ rule manifest:
         chain=lambda w: WF.chain_reports(w.model),
     output:
         "artifacts/{model}/manifest.json",
-    params:
-        model_meta=lambda w: WF.model_meta(w.model),
-        stages=lambda w: WF.stage_settings(w.model),
     log:
         "artifacts/{model}/logs/manifest.log",
     benchmark:
@@ -28,5 +25,8 @@ rule manifest:
     threads: RES.threads("manifest")
     resources:
         **RES.of("manifest"),
+    params:
+        model_meta=lambda w: WF.model_meta(w.model),
+        stages=lambda w: WF.stage_settings(w.model),
     script:
         "../workflow_scripts/manifest.py"

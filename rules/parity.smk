@@ -13,20 +13,20 @@ rule parity:
     output:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
-    params:
-        gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     log:
         "artifacts/{model}/logs/parity/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/parity/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity")
     resources:
         **RES.of("parity"),
+    params:
+        gate=lambda w: WF.parity_gate(w.model, w.stage),
+        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     script:
         "../workflow_scripts/parity.py"
 
@@ -42,25 +42,28 @@ rule parity_scenario:
     output:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    params:
-        gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     log:
         "artifacts/{model}/logs/parity_scenario/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/parity_scenario/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("scenario"),
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("parity_scenario")
     resources:
         **RES.of("parity_scenario"),
+    params:
+        gate=lambda w: WF.parity_gate(w.model, w.stage),
+        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     script:
         "../workflow_scripts/parity_scenario.py"
 
 
 rule chain_parity:
     """The compiled packages composed as the runtime composes them, against upstream (families
-    that declare a chain check), at one reference bucket. Gated; its verdict goes in the manifest."""
+    that declare a chain check), at one reference bucket. Gated; its verdict goes in the manifest.
+    """
     input:
         packages=lambda w: WF.chain_packages(w.model, w.bucket),
         # only packages that passed their own gates are composed
@@ -70,18 +73,22 @@ rule chain_parity:
         code=lambda w: WF.chain_code(w.model),
     output:
         "artifacts/{model}/chain/{bucket}.json",
-    params:
-        family=lambda w: WF.family_of(w.model),
-        stages=lambda w: WF.chain_stages(w.model, w.bucket),
-        stage_params=lambda w: {s: WF.stage_params(w.model, s) for s in WF.chain_stages(w.model, w.bucket)},
-        gate=lambda w: WF.chain_gate(w.model),
     log:
         "artifacts/{model}/logs/chain_parity/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/chain_parity/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
     threads: RES.threads("chain_parity")
     resources:
         **RES.of("chain_parity"),
+    params:
+        family=lambda w: WF.family_of(w.model),
+        stages=lambda w: WF.chain_stages(w.model, w.bucket),
+        stage_params=lambda w: {
+            s: WF.stage_params(w.model, s) for s in WF.chain_stages(w.model, w.bucket)
+        },
+        gate=lambda w: WF.chain_gate(w.model),
     script:
         "../workflow_scripts/chain_parity.py"
 
@@ -97,9 +104,6 @@ rule parity_summary:
         json="artifacts/{model}/parity_summary.json",
         snr_plot="artifacts/{model}/parity_snr.png",
         waveform_plot="artifacts/{model}/parity_waveform.png",
-    params:
-        model=lambda w: w.model,
-        audio=lambda w: WF.audio_output(w.model),
     log:
         "artifacts/{model}/logs/parity_summary.log",
     benchmark:
@@ -109,5 +113,8 @@ rule parity_summary:
     threads: RES.threads("parity_summary")
     resources:
         **RES.of("parity_summary"),
+    params:
+        model=lambda w: w.model,
+        audio=lambda w: WF.audio_output(w.model),
     script:
         "../workflow_scripts/parity_summary.py"

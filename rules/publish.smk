@@ -22,11 +22,11 @@ rule publish_model:
         code=WF.publish_code(),
     output:
         "artifacts/{model}/publish/published.json",
-    params:
-        target=lambda w: WF.publish_target(),
     log:
         "artifacts/{model}/logs/publish.log",
     conda:
         "../envs/anetts.yaml"
+    params:
+        target=lambda w: WF.publish_target(),
     script:
         "../workflow_scripts/publish.py"

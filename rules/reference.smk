@@ -5,11 +5,6 @@ rule reference:
         code=lambda w: WF.reference_code(w.model),
     output:
         "artifacts/{model}/reference/{bucket}.npz",
-    params:
-        size=lambda w: WF.reference_size(w.model, w.bucket),
-        run=lambda w: WF.reference_params(w.model),
-        family=lambda w: WF.family_of(w.model),
-        versions=lambda w: WF.upstream_versions(w.model),
     log:
         "artifacts/{model}/logs/reference/{bucket}.log",
     benchmark:
@@ -19,5 +14,10 @@ rule reference:
     threads: RES.threads("reference")
     resources:
         **RES.of("reference"),
+    params:
+        size=lambda w: WF.reference_size(w.model, w.bucket),
+        run=lambda w: WF.reference_params(w.model),
+        family=lambda w: WF.family_of(w.model),
+        versions=lambda w: WF.upstream_versions(w.model),
     script:
         "../workflow_scripts/reference.py"

@@ -3,14 +3,23 @@ from snakemake.io import strip_wildcard_constraints
 from anetts.report.inputs import report_inputs
 from anetts.resources import spec as rule_spec
 
-
 # Benchmark patterns of the rules every `all` runs (the report's per-job build table). The optional
 # targets' jobs (Core AI assets, compressed variants) are not inputs: the report must not make `all`
 # build them, and `aimodel.stages` may select fewer stages than the packages; nor can the report read
 # its own benchmark.
-NOT_REPORTED = {"report", "compress", "variant_manifest", "variants_summary", "aimodel", "aimodel_parity"}
-REPORT_BENCHMARKS = {r.name: (strip_wildcard_constraints(str(r.benchmark)), rule_spec(r.name).jobs)
-                     for r in workflow.rules if r.benchmark is not None and r.name not in NOT_REPORTED}
+NOT_REPORTED = {
+    "report",
+    "compress",
+    "variant_manifest",
+    "variants_summary",
+    "aimodel",
+    "aimodel_parity",
+}
+REPORT_BENCHMARKS = {
+    r.name: (strip_wildcard_constraints(str(r.benchmark)), rule_spec(r.name).jobs)
+    for r in workflow.rules
+    if r.benchmark is not None and r.name not in NOT_REPORTED
+}
 
 
 rule report:

@@ -5,10 +5,6 @@ rule weights:
         files=lambda w: WF.weights_inputs(w.model),
     output:
         directory("artifacts/{model}/weights"),
-    params:
-        family=lambda w: WF.family_of(w.model),
-        source=lambda w: WF.weights_source(w.model),
-        versions=lambda w: WF.upstream_versions(w.model),
     log:
         "artifacts/{model}/logs/weights.log",
     benchmark:
@@ -18,5 +14,9 @@ rule weights:
     threads: RES.threads("weights")
     resources:
         **RES.of("weights"),
+    params:
+        family=lambda w: WF.family_of(w.model),
+        source=lambda w: WF.weights_source(w.model),
+        versions=lambda w: WF.upstream_versions(w.model),
     script:
         "../workflow_scripts/weights.py"
