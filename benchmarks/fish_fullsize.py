@@ -29,6 +29,8 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -279,10 +281,10 @@ def child(argv: list[str], log: Path) -> subprocess.Popen:
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def estimate(cfg, job: str, context: int) -> dict:
+def estimate(cfg, job: str, context: int, same_fs: bool = True) -> dict:
     """Rough fp32 working set (model + eager copy + trace + TorchScript reload + MIL consts)
-    and disk (two fp32 TorchScript files + two fp16 packages + the bundle) of a job, for
-    scheduling only."""
+    and disk (two fp32 TorchScript files, two fp16 packages, the bundle and coremltools'
+    temporary copies) of a job, for scheduling only."""
     from anetts.models.fish.stages.lm_head import restricted_ids
 
     s, f = cfg.slow, cfg.fast
@@ -297,7 +299,10 @@ def estimate(cfg, job: str, context: int) -> dict:
         return {"rss": 0, "disk": 0}
     if job.startswith("parity_"):
         return {"rss": 6 * w16 + (s.vocab_size + cfg.codebook_size * cfg.num_codebooks) * s.dim * 4, "disk": 0}
-    return {"rss": 10 * w16, "disk": 4 * w16 + 3 * w16}
+    # coremltools writes each package into a temporary one first (TMPDIR) and copies it: two fp16
+    # copies at the peak; they only count when TMPDIR is on the work folder's filesystem
+    temp = 2 * w16 if same_fs else 0
+    return {"rss": 10 * w16, "disk": 4 * w16 + 2 * w16 + temp}
 
 
 def main(argv=None) -> int:
@@ -406,19 +411,37 @@ def main(argv=None) -> int:
           flush=True)
 
     budget_rss = a.max_rss_gb * GB if a.max_rss_gb else result["mem_total_bytes"]
-    free_disk = shutil.disk_usage(a.work).free
-    result["disk_free_at_start_bytes"] = free_disk
+    tmp = Path(tempfile.gettempdir())
+    same_fs = os.stat(tmp).st_dev == os.stat(a.work).st_dev
+    result["tmpdir"] = {"path": str(tmp), "same_filesystem_as_work": same_fs}
+    result["disk_free_at_start_bytes"] = shutil.disk_usage(a.work).free
+    low = {"work": shutil.disk_usage(a.work).free, "tmp": shutil.disk_usage(tmp).free}
+    stop = threading.Event()
+
+    def sample() -> None:  # the least free space seen, i.e. the jobs' peak scratch use
+        while not stop.wait(1.0):
+            low["work"] = min(low["work"], shutil.disk_usage(a.work).free)
+            low["tmp"] = min(low["tmp"], shutil.disk_usage(tmp).free)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     pending = list(jobs) + ([parity] if parity else [])
     running: dict[int, tuple] = {}
     while pending or running:
         started = False
         for name in list(pending):
-            if name == parity and f"slow_chunk_{bounds[0][0]}_{bounds[0][1]}" not in result["jobs"]:
-                continue  # needs the chunk's package
+            if name == parity:
+                chunk = result["jobs"].get(parity.removeprefix("parity_"))
+                if chunk is None:
+                    continue  # needs the chunk's package
+                if chunk["rc"] != 0:
+                    pending.remove(name)
+                    result["jobs"][name] = {"rc": None, "skipped": "its chunk failed"}
+                    continue
             if len(running) >= a.parallel:
                 break
-            need = estimate(cfg, name, a.context)
-            busy = [estimate(cfg, r[0], a.context) for r in running.values()]
+            need = estimate(cfg, name, a.context, same_fs)
+            busy = [estimate(cfg, r[0], a.context, same_fs) for r in running.values()]
             if running and (sum(b["rss"] for b in busy) + need["rss"] > budget_rss
                             or sum(b["disk"] for b in busy) + need["disk"] > shutil.disk_usage(a.work).free - 2 * GB):
                 continue
@@ -437,7 +460,10 @@ def main(argv=None) -> int:
                     shutil.rmtree(pkg, ignore_errors=True)
         elif not started:
             raise SystemExit(f"cannot schedule {pending}")
+    stop.set()
+    sampler.join()
     result["total_wall_s"] = round(time.perf_counter() - t_all, 1)
+    result["disk_free_min_bytes"] = low
 
     # per-frame bytes
     built = result["jobs"]
