@@ -27,6 +27,7 @@ import math
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -275,6 +276,25 @@ def run_parity(a) -> dict:
 # The parent: schedule jobs, measure, write the JSON
 # ---------------------------------------------------------------------------------------
 
+def meminfo(key: str) -> int:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def proc_rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def child(argv: list[str], log: Path) -> subprocess.Popen:
     fh = open(log, "w")
     return subprocess.Popen([sys.executable, __file__, *argv], stdout=fh, stderr=subprocess.STDOUT,
@@ -321,6 +341,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads per job (0: torch's default)")
     p.add_argument("--synth-procs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--max-rss-gb", type=float, default=None, help="scheduling budget for estimated RSS (default: MemTotal)")
+    p.add_argument("--kill-rss-gb", type=float, help="kill a job whose RSS passes this (shared machines)")
+    p.add_argument("--min-available-gb", type=float, help="kill running jobs while MemAvailable is below this")
     p.add_argument("--bandwidth-gbs", type=float, default=DEFAULT_BANDWIDTH_GBS)
     p.add_argument("--keep-packages", action="store_true")
     p.add_argument("--where", default="", help="free text for the JSON: which machine ran this")
@@ -367,6 +389,8 @@ def main(argv=None) -> int:
                     "sys_s": round(ru.ru_stime, 1)})
         if proc.returncode != 0:
             fig["log_tail"] = text[-3000:]
+        if name in killed:
+            fig["killed"] = killed[name]
         result["jobs"][name] = fig
         if a.output:  # after every job, so a run stopped part-way keeps what finished
             a.output.write_text(json.dumps(result, indent=1) + "\n")
@@ -417,16 +441,36 @@ def main(argv=None) -> int:
     result["disk_free_at_start_bytes"] = shutil.disk_usage(a.work).free
     low = {"work": shutil.disk_usage(a.work).free, "tmp": shutil.disk_usage(tmp).free}
     stop = threading.Event()
+    pending = list(jobs) + ([parity] if parity else [])
+    running: dict[int, tuple] = {}
+    killed: dict[str, str] = {}
 
-    def sample() -> None:  # the least free space seen, i.e. the jobs' peak scratch use
+    def sample() -> None:
+        """The least free disk seen (the jobs' peak scratch use); on a shared machine, a job whose
+        RSS passes --kill-rss-gb, or any job while MemAvailable is below --min-available-gb, is
+        killed (it is this benchmark's own child) before it can take the machine into OOM."""
         while not stop.wait(1.0):
             low["work"] = min(low["work"], shutil.disk_usage(a.work).free)
             low["tmp"] = min(low["tmp"], shutil.disk_usage(tmp).free)
+            if not (a.kill_rss_gb or a.min_available_gb):
+                continue
+            avail = meminfo("MemAvailable")
+            for pid, (name, _, _) in list(running.items()):
+                rss = proc_rss(pid)
+                why = None
+                if a.kill_rss_gb and rss > a.kill_rss_gb * GB:
+                    why = f"RSS {rss / GB:.2f} GB passed --kill-rss-gb {a.kill_rss_gb}"
+                elif a.min_available_gb and avail < a.min_available_gb * GB:
+                    why = f"MemAvailable {avail / GB:.2f} GB fell below --min-available-gb {a.min_available_gb}"
+                if why:
+                    killed[name] = why
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    pending = list(jobs) + ([parity] if parity else [])
-    running: dict[int, tuple] = {}
     while pending or running:
         started = False
         for name in list(pending):
