@@ -373,6 +373,7 @@ def main(argv=None) -> int:
               "parallel": a.parallel, "threads_per_job": a.threads or None, "cpu_count": os.cpu_count(),
               "mem_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "jobs": {}}
     t_all = time.perf_counter()
+    killed: dict[str, str] = {}  # job -> why the watchdog killed it
     common = ["--weights", str(a.weights), "--work", str(a.work), "--preset", a.preset, "--context", str(a.context),
               "--prefill", str(a.prefill), "--threads", str(a.threads), "--parity-decode", str(a.parity_decode)]
 
@@ -443,7 +444,6 @@ def main(argv=None) -> int:
     stop = threading.Event()
     pending = list(jobs) + ([parity] if parity else [])
     running: dict[int, tuple] = {}
-    killed: dict[str, str] = {}
 
     def sample() -> None:
         """The least free disk seen (the jobs' peak scratch use); on a shared machine, a job whose
