@@ -63,7 +63,7 @@ def test_bad_fish_config_names_the_key(edit, message):
         WorkflowConfig(cfg)
 
 
-@pytest.mark.parametrize("model, chunks", [("fish-tiny", 2), ("fish-s2-pro", 6)])
+@pytest.mark.parametrize("model, chunks", [("fish-tiny", 2), ("fish-s2-pro", 9)])
 def test_dry_run_lists_every_fish_job(tmp_path, model, chunks):
     cfg = fish_config()
     cfg["model"] = model
