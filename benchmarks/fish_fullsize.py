@@ -41,14 +41,14 @@ sys.path.insert(0, str(REPO))
 from anetts.provenance import provenance  # noqa: E402
 
 GB = 1e9
-# Per-file size guidance for Core ML packages (docs: ../shared/reference/fish.md §4 and issue 9:
-# ~2 GB macOS, ~1 GB iOS; oversized files export without error and then fail to load).
+# Per-file size guidance for Core ML packages (the size lint's max_package_mb in config.yaml):
+# ~2 GB macOS, ~1 GB iOS; oversized files export without error and then fail to load.
 MACOS_FILE_BYTES = 2 * GB
 IOS_FILE_BYTES = 1 * GB
 FP16 = 2
-# M2 Max unified memory bandwidth (Apple's figure); fish.md §4 reports ~290-300 GB/s measured.
+# M2 Max unified memory bandwidth (Apple's figure); sustained bandwidth is lower, so this is optimistic.
 DEFAULT_BANDWIDTH_GBS = 400.0
-# 1 frame = 2048 samples at 44.1 kHz (fish.md §3).
+# 1 frame = 2048 samples at 44.1 kHz (the S2 codec's hop).
 FRAME_MS = 2048 / 44100 * 1000
 
 

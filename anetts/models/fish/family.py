@@ -8,7 +8,7 @@ _F = "models/fish"
 _SHARED = (f"{_F}/config.py", f"{_F}/loader.py", f"{_F}/weights.py", f"{_F}/stages/layers.py", f"{_F}/impl.py")
 _WEIGHTS_COMMON = ("weights.py", f"{_F}/weights.py", f"{_F}/config.py", f"{_F}/tokenizer.py")
 
-# The Fish Audio Research License (../shared/reference/fish.md §7): research and non-commercial use;
+# The Fish Audio Research License: research and non-commercial use only;
 # redistributing converted packages needs the agreement, a NOTICE and "Built with Fish Audio".
 LICENCE = ("Fish Audio Research License (research and non-commercial use only). This model is licensed "
            "under the Fish Audio Research License, Copyright © 39 AI, INC. All Rights Reserved. "
