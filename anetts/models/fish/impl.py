@@ -55,7 +55,6 @@ class SlowChunk(ScenarioStage):
         else:
             after = np.concatenate([reference["prefill_layer_hidden"][b], reference["decode_layer_hidden"][:, b]])
         sc = self.inner.scenario(before, T, size)
-        P = self.inner.prefill
         expected = []
         for c in sc.calls:
             p = int(c.inputs["pos"][0])
@@ -64,7 +63,6 @@ class SlowChunk(ScenarioStage):
             k = min(n, len(after) - p) if c.function == "prefill" else 1
             want[0, :k] = after[p:p + k]
             expected.append({"hidden_out": want})
-        assert all(c.inputs["hidden"].shape[1] in (P, 1) for c in sc.calls)
         return sc, expected
 
 
