@@ -23,7 +23,7 @@ def _defaults(properties: dict) -> dict:
 
 
 def stage_defaults() -> dict:
-    """Per-stage conversion defaults (deployment target, precision, compute units, rewrite, lint)."""
+    """Per-stage conversion defaults (deployment target, precision, compute units, rewrite, lint, fp32 ops)."""
     stage = schema()["properties"]["families"]["additionalProperties"]["properties"]["stages"]["additionalProperties"]
     return _defaults(stage["properties"])
 
@@ -45,6 +45,8 @@ class ConvertOptions:
     compute_units: str = _default("compute_units")  # a hint recorded in metadata; CoreML picks units at load time
     linear_rewrite: str = _default("linear_rewrite")  # auto | none | conv1d | conv2d (anetts.compile.rewrite)
     fatal_lint: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fatal_lint"]))
+    # op selectors computed in fp32 inside an fp16 program (anetts.compile.convert.Fp32Ops)
+    fp32_ops: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fp32_ops"]))
 
     @classmethod
     def make(cls, **overrides) -> "ConvertOptions":
@@ -54,6 +56,7 @@ class ConvertOptions:
             raise ValueError(f"unknown conversion option(s) {sorted(unknown)}")
         values = {**stage_defaults(), **overrides}
         values["fatal_lint"] = tuple(sorted(values["fatal_lint"]))
+        values["fp32_ops"] = tuple(sorted(values["fp32_ops"]))
         return cls(**values)
 
 
