@@ -57,6 +57,8 @@ class ConvertOptions:
     linear_rewrite: str = _default("linear_rewrite")  # auto | none | conv1d | conv2d (anetts.compile.rewrite)
     fatal_lint: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fatal_lint"]))
     max_package_mb: float = _default("max_package_mb")  # size lint: a bigger package fails conversion
+    # op selectors computed in fp32 inside an fp16 program (anetts.compile.convert.Fp32Ops)
+    fp32_ops: tuple[str, ...] = field(default_factory=lambda: tuple(stage_defaults()["fp32_ops"]))
 
     @classmethod
     def make(cls, **overrides) -> "ConvertOptions":
@@ -66,6 +68,7 @@ class ConvertOptions:
             raise ValueError(f"unknown conversion option(s) {sorted(unknown)}")
         values = {**stage_defaults(), **overrides}
         values["fatal_lint"] = tuple(sorted(values["fatal_lint"]))
+        values["fp32_ops"] = tuple(sorted(values["fp32_ops"]))
         return cls(**values)
 
 

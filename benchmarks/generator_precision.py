@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from anetts import artifacts  # noqa: E402
-from anetts.models.kokoro import FAMILY  # noqa: E402
+from anetts.models.kokoro.impl import FAMILY  # noqa: E402
 
 LEAVES = (nn.Conv1d, nn.ConvTranspose1d, nn.Linear, nn.InstanceNorm1d)
 

@@ -9,6 +9,9 @@ A function may declare states (`FunctionSpec.states`, fp16 buffers such as a KV 
 a `register_buffer` of the traced module with the same name, updated in place by the forward;
 coremltools turns it into a `ct.StateType` (read_state / slice_update / write_state in MIL).
 States need macOS15 / iOS18 (specification 9).
+
+Mixed precision (`ConvertOptions.fp32_ops`): in an fp16 program the selected ops compute in fp32
+(coremltools' `FP16ComputePrecision(op_selector=...)`, which casts at their boundaries); see `Fp32Ops`.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import json
 import logging
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 
@@ -36,6 +40,93 @@ STATE_MIN_TARGET = "macOS15"  # first target with ct.StateType (iOS18, specifica
 
 class ConversionError(RuntimeError):
     pass
+
+
+FP32_SELECTOR_KINDS = ("module", "op", "name")
+
+
+class Fp32Ops:
+    """The `fp32_ops` op selectors of a stage, as the op_selector of coremltools' fp16 pass.
+
+    * ``module:<path>``: every op traced inside that torch submodule: `path` (dotted for nested
+      calls, e.g. ``istft``) is a run of the op's TorchScript module-name scope, the attribute
+      names of the submodules the trace entered (coremltools records them on each MIL op); or an
+      op that reads a parameter of that submodule (``noise_convs.1.weight``: a ModuleList entry
+      called from its parent's forward is scoped by its index alone);
+    * ``op:<type>``: every op of that MIL type (``exp``);
+    * ``name:<name>``: the MIL op of that name as the fp16 pass sees it (names come from the
+      torch trace and change with the model's size: prefer ``module:``).
+
+    ``const`` ops are not counted (a const consumed in fp32 stays fp32 anyway). A selector that
+    matches no op is a ConversionError naming the key: a typo must not silently give an all-fp16
+    program. The fp16 pass runs once per conversion; `matched` holds what each selector selected.
+    """
+
+    def __init__(self, selectors, precision: str, where: str):
+        self.where = where
+        self.selectors: list[tuple[str, str, str]] = []
+        for sel in selectors or ():
+            kind, _, value = str(sel).partition(":")
+            if kind not in FP32_SELECTOR_KINDS or not value:
+                raise ConversionError(f"{where}: fp32_ops selector {sel!r} is not one of "
+                                      f"{[k + ':...' for k in FP32_SELECTOR_KINDS]}")
+            self.selectors.append((sel, kind, value))
+        if self.selectors and precision != "fp16":
+            raise ConversionError(f"{where}: fp32_ops {[s for s, _, _ in self.selectors]} need precision fp16 "
+                                  f"(the program is {precision} already)")
+        self.matched: dict[str, Counter] = {s: Counter() for s, _, _ in self.selectors}
+
+    def compute_precision(self, ct, precision: str):
+        """The `compute_precision` argument of ct.convert."""
+        if not self.selectors:
+            return ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32
+        return ct.transform.FP16ComputePrecision(op_selector=self._fp16)
+
+    @staticmethod
+    def _modules(op) -> list[str]:
+        from coremltools.converters.mil.mil.scope import ScopeSource
+
+        names = op.scopes.get(ScopeSource.TORCHSCRIPT_MODULE_NAME) or []
+        return list(names[:-1])  # the last entry is the torch node's own name
+
+    @staticmethod
+    def _input_vars(op):
+        for v in op.inputs.values():
+            yield from (v if isinstance(v, (list, tuple)) else (v,))
+
+    def _matches(self, op, kind: str, value: str) -> bool:
+        if kind == "op":
+            return op.op_type == value
+        if kind == "name":
+            return op.name == value
+        path, mods = value.split("."), self._modules(op)
+        if any(mods[i:i + len(path)] == path for i in range(len(mods) - len(path) + 1)):
+            return True
+        # a submodule called from a parent's forward by index (ModuleList) is scoped by its own
+        # attribute name only ("1"); its parameters keep their full path ("noise_convs.1.weight")
+        return any(v.op is not None and v.op.op_type == "const" and v.name.startswith(value + ".")
+                   for v in self._input_vars(op))
+
+    def _fp16(self, op) -> bool:
+        """op_selector: True = cast to fp16, False = keep fp32."""
+        if op.op_type == "const":
+            return True
+        keep = False
+        for sel, kind, value in self.selectors:
+            if self._matches(op, kind, value):
+                self.matched[sel][op.op_type] += 1
+                keep = True
+        return not keep
+
+    def check(self) -> None:
+        unmatched = [s for s, c in self.matched.items() if not c]
+        if unmatched:
+            raise ConversionError(f"{self.where}: fp32_ops selector(s) {unmatched} matched no op of the program "
+                                  f"(config key fp32_ops; module: names a torch submodule the trace entered, "
+                                  f"op: a MIL op type, name: a MIL op name)")
+
+    def report(self) -> dict:
+        return {s: dict(sorted(c.items())) for s, c in self.matched.items()}
 
 
 def _ct():
@@ -133,7 +224,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     traced = torch.jit.load(str(torchscript)).eval()
     inputs = [ct.TensorType(name=t.name, shape=t.shape, dtype=DTYPES[t.dtype]) for t in spec.inputs]
     outputs = [ct.TensorType(name=t.name, dtype=DTYPES[t.dtype]) for t in spec.outputs]
-    precision = ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32
+    fp32_ops = Fp32Ops(options.fp32_ops, options.precision, where)
+    precision = fp32_ops.compute_precision(ct, options.precision)
     rewrite = LinearRewrite(options.linear_rewrite, where=f"{spec.stage}/{spec.bucket}")
     try:
         with warnings.catch_warnings():
@@ -144,6 +236,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     except Exception as e:
         raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
     rewrite.check(mlmodel)  # a rewrite that matched nothing, or left a linear behind, is an error
+    fp32_ops.check()  # so is an fp32_ops selector that matched nothing
     t1 = time.perf_counter()
 
     mlmodel.short_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
@@ -165,6 +258,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
         "anetts.precision": options.precision,
         "anetts.compute_units": options.compute_units,
         "anetts.linear_rewrite": options.linear_rewrite,
+        **({"anetts.fp32_ops": json.dumps(list(options.fp32_ops))} if options.fp32_ops else {}),
         "anetts.version": __version__,
     }
     mlmodel.user_defined_metadata.update(meta)
@@ -193,6 +287,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
             **io,
             "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
             "linear_rewrite": rewrite.report(),
+            # per selector: the op types it kept fp32 (counted at the fp16 pass)
+            "fp32_ops": fp32_ops.report(),
             "lint": lint,
             "seconds": {"convert": round(t1 - t0, 3), "total": round(time.perf_counter() - t0, 3)},
             "metadata": meta,

@@ -53,6 +53,22 @@ class InverseSTFT(nn.Module):
         return signal[..., start : start + (n_frames - 1) * self.hop]
 
 
+class Spectrum(nn.Module):
+    """conv_post output (1, 2·bins, N) → magnitude exp(x[:bins]) and phase sin(x[bins:]), as upstream.
+
+    A module of its own so that the tail has a torch scope of its own: a stage's `fp32_ops` can
+    select it (`module:spectrum`) with conv_post, whose log-magnitude exp() turns fp16's absolute
+    error into a relative error of the magnitude.
+    """
+
+    def __init__(self, bins: int):
+        super().__init__()
+        self.bins = bins
+
+    def forward(self, x):
+        return torch.exp(x[:, : self.bins, :]), torch.sin(x[:, self.bins :, :])
+
+
 class GeneratorModule(nn.Module):
     def __init__(self, model):
         super().__init__()
@@ -61,6 +77,7 @@ class GeneratorModule(nn.Module):
         self.conv_post, self.reflection_pad = gen.conv_post, gen.reflection_pad
         self.num_kernels, self.post_n_fft = gen.num_kernels, gen.post_n_fft
         self.rates = [u.stride[0] for u in gen.ups]
+        self.spectrum = Spectrum(gen.post_n_fft // 2 + 1)
         self.istft = InverseSTFT(gen.post_n_fft, gen.stft.hop_length)
         # a Python int, so tracing records a constant repeat rather than a shape computation
         self.samples_per_frame = gen.stft.hop_length * math.prod(self.rates)
@@ -83,9 +100,7 @@ class GeneratorModule(nn.Module):
             for j in range(1, self.num_kernels):
                 xs = xs.add_(masked.adain_resblock1(self.resblocks[i * self.num_kernels + j], x, s, m_up))
             x, m = xs.div_(self.num_kernels), m_up
-        x = self.conv_post(F.leaky_relu(x))
-        bins = self.post_n_fft // 2 + 1
-        spec, phase = torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :])
+        spec, phase = self.spectrum(self.conv_post(F.leaky_relu(x)))
         waveform = self.istft(spec, phase, m)
         # zero everything after the last valid sample (window tails of the last frame)
         return waveform * masked.upsample_mask(mask, self.samples_per_frame)
