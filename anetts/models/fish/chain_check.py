@@ -36,27 +36,16 @@ def _chunks(packages: dict[str, Path]) -> list[Path]:
 
 def teacher_forced(embed, chunks, head, fast, ref: dict, prefill: int) -> dict:
     from anetts.mil import load_program
+    from anetts.models.fish.stages.chain import SlowChunks
     from anetts.models.fish.stages.lm_head import restricted_ids
 
     cfg = embed.cfg
-    programs = [load_program(p) for p in chunks]
-    states = [p.make_state("decode") for p in programs]
+    slow = SlowChunks(chunks, prefill)
     head_p, fast_p = load_program(head), load_program(fast)
     fast_state = fast_p.make_state("decode")
     prompt = ref["prompt"]
     T, F = prompt.shape[1], len(ref["codes"])
-
-    def slow(x, p, function):
-        for prog, st in zip(programs, states):
-            x = prog.run({"hidden": x, "pos": np.array([p], np.int32)}, function_name=function, state=st)["hidden_out"]
-        return x
-
-    x = embed(prompt)
-    for p in range(0, T, prefill):
-        k = min(prefill, T - p)
-        block = np.zeros((1, prefill, x.shape[1]), np.float32)
-        block[0, :k] = x[p:p + k]
-        h = slow(block, p, "prefill")[0, k - 1]
+    h = slow.prefill(embed(prompt))
     ids = restricted_ids(cfg)
     hidden, head_logits, fast_codes = [], [], []
     for f in range(F):

@@ -94,6 +94,36 @@ class HostEmbedding:
         return x
 
 
+class SlowChunks:
+    """The compiled slow chunks in order, each with its state: one call runs the residual stream
+    through all of them (chunk k's output is chunk k+1's input), as a runtime composes them."""
+
+    def __init__(self, chunks: Sequence[Path], prefill: int):
+        from anetts.mil import load_program
+
+        self.programs = [load_program(p) for p in chunks]
+        self.states = [p.make_state("decode") for p in self.programs]
+        self.prefill_tokens = prefill
+        self.seconds = 0.0
+
+    def __call__(self, x: np.ndarray, pos: int, function: str) -> np.ndarray:
+        t0 = time.perf_counter()
+        for prog, st in zip(self.programs, self.states):
+            x = prog.run({"hidden": x, "pos": np.array([pos], np.int32)}, function_name=function, state=st)["hidden_out"]
+        self.seconds += time.perf_counter() - t0
+        return x
+
+    def prefill(self, x: np.ndarray) -> np.ndarray:
+        """Prompt rows (T, dim) in prefill blocks (the last one zero-padded); the last row's output."""
+        T, P = x.shape[0], self.prefill_tokens
+        for p in range(0, T, P):
+            k = min(P, T - p)
+            block = np.zeros((1, P, x.shape[1]), np.float32)
+            block[0, :k] = x[p:p + k]
+            h = self(block, p, "prefill")[0, k - 1]
+        return h
+
+
 def mil_decode(cfg: FishConfig, embed: HostEmbedding, chunks: Sequence[Path], head: Path, fast: Path,
                prompt: np.ndarray, n_frames: int, prefill: int) -> dict:
     """Greedy decode of `n_frames` frames with every network on the MIL executor."""
@@ -101,27 +131,14 @@ def mil_decode(cfg: FishConfig, embed: HostEmbedding, chunks: Sequence[Path], he
 
     from anetts.models.fish.stages.lm_head import restricted_ids
 
-    programs = [load_program(p) for p in chunks]
-    states = [p.make_state("decode") for p in programs]
+    slow = SlowChunks(chunks, prefill)
     head_p, fast_p = load_program(head), load_program(fast)
     fast_state = fast_p.make_state("decode")
     ids = restricted_ids(cfg)
     T = prompt.shape[1]
     seconds = {"slow": 0.0, "head": 0.0, "fast": 0.0}
 
-    def slow(x: np.ndarray, p: int, function: str) -> np.ndarray:
-        t0 = time.perf_counter()
-        for prog, st in zip(programs, states):
-            x = prog.run({"hidden": x, "pos": np.array([p], np.int32)}, function_name=function, state=st)["hidden_out"]
-        seconds["slow"] += time.perf_counter() - t0
-        return x
-
-    x = embed(prompt)
-    for p in range(0, T, prefill):
-        k = min(prefill, T - p)
-        block = np.zeros((1, prefill, x.shape[1]), np.float32)
-        block[0, :k] = x[p:p + k]
-        h = slow(block, p, "prefill")[0, k - 1]
+    h = slow.prefill(embed(prompt))
     out = {k: [] for k in ("slow_hidden", "head_logits", "semantic_tokens", "codes", "fast_logits", "positions")}
     for f in range(n_frames):
         t0 = time.perf_counter()
@@ -149,6 +166,7 @@ def mil_decode(cfg: FishConfig, embed: HostEmbedding, chunks: Sequence[Path], he
             x = embed(np.array([token, *codes]).reshape(-1, 1))
             h = slow(x[None], T + f, "decode")[0, 0]
     res = {k: np.asarray(v) for k, v in out.items()}
+    seconds["slow"] = slow.seconds
     res["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     return res
 
