@@ -16,7 +16,7 @@ import pytest
 
 from anetts.artifacts import tree_sha256
 from anetts.compile.inspect import package_files
-from anetts.compile.reproducible import item_identifier
+from anetts.compile.reproducible import CONVERSION_DATE_KEY, item_identifier
 from workflow_helpers import REPO, make_workflow_copy, run_snakemake, small_config
 
 MODEL = "kokoro-tiny"
@@ -86,6 +86,7 @@ def test_saved_packages_have_stable_identifiers_and_spec_bytes(built_workflow):
         spec = Model_pb2.Model()
         spec.ParseFromString(raw)
         assert spec.SerializeToString(deterministic=True) == raw, pkg
+        assert CONVERSION_DATE_KEY not in spec.description.metadata.userDefined, pkg  # the day of the build
 
 
 # -- the three scripts on their own ------------------------------------------------------------------
