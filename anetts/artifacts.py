@@ -51,6 +51,11 @@ def export_inputs(model: str, stage: str, bucket: str, kind: str = "bucketed", r
     return base.with_name(base.name + (".inputs.npz" if kind == "bucketed" else ".scenario.npz"))
 
 
+def end_to_end_path(model: str, root: Path = ARTIFACTS) -> Path:
+    """The runtime over the compiled packages against upstream on fixed texts (rule end_to_end)."""
+    return model_dir(model, root) / "end_to_end.json"
+
+
 def chain_parity_path(model: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     """The compiled chain's check at one reference bucket (packages composed vs upstream)."""
     return model_dir(model, root) / "chain" / f"{bucket}.json"

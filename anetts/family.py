@@ -82,6 +82,9 @@ class FamilyDecl:
     # code of the compiled-chain check (the packages composed as the runtime composes them, vs
     # upstream; rule `chain_parity`), or () when the family has none
     chain_code: tuple[str, ...] = ()
+    # code of the end-to-end check (the runtime over the compiled packages vs upstream on fixed
+    # texts; rule `end_to_end`), or () when the family has none; needs a runtime
+    end_to_end_code: tuple[str, ...] = ()
 
     def stage(self, name: str) -> StageDecl:
         """The declaration of `name`, also of a repeated stage's instance (`slow_chunk1`)."""
@@ -94,6 +97,9 @@ class FamilyDecl:
 
     def chain_paths(self) -> list[Path]:
         return [_PKG / s for s in self.chain_code]
+
+    def end_to_end_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.end_to_end_code]
 
     def weights_paths(self, source: str) -> list[Path]:
         if source not in self.weights_code:

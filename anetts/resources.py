@@ -51,7 +51,8 @@ class RuleSpec:
     # artifacts/<model>/benchmarks/<rule>/<w1>/<w2>.tsv
     wildcards: tuple[str, ...]
     # which jobs of a model the rule has: its stages of this kind (anetts.family.STAGE_KINDS),
-    # "chain" (one per reference bucket, families with a chain check), or None (no stage filter)
+    # "chain" (one per reference bucket, families with a chain check), "end_to_end" (one per model
+    # whose family declares an end-to-end check), or None (no stage filter)
     jobs: str | None = None
 
 
@@ -67,6 +68,7 @@ RULES: dict[str, RuleSpec] = {
     "convert_scenario": RuleSpec(1, "bucket", ("stage", "bucket"), "scenario"),
     "parity_scenario": RuleSpec(2, "bucket", ("stage", "bucket"), "scenario"),
     "chain_parity": RuleSpec(2, "bucket", ("bucket",), "chain"),
+    "end_to_end": RuleSpec(2, "packages", (), "end_to_end"),
     "parity_summary": RuleSpec(1, "packages", ()),
     "manifest": RuleSpec(1, "packages", ()),
     "runtime_assets": RuleSpec(1, None, ()),
@@ -280,6 +282,8 @@ class RuleResources:
 def rule_jobs(wf, rule: str, model: str) -> list[tuple[str | None, str | None]]:
     """(stage, bucket) of every job `rule` has for `model` (RuleSpec.jobs and .wildcards say which)."""
     rs = spec(rule)
+    if rs.jobs == "end_to_end":
+        return [(None, None)] if wf.end_to_end_reports(model) else []
     stages = [s for s in wf.stages(model) if rs.jobs in (None, "chain") or wf.stage_kind(model, s) == rs.jobs]
     if rs.jobs == "chain":
         return [(None, Path(p).stem) for p in wf.chain_reports(model)]

@@ -230,6 +230,9 @@ class Family:
     # (packages {stage: path}, weights dir, reference npz, gate, params) → report: the compiled
     # packages composed as the runtime composes them, against upstream (rule chain_parity)
     check_chain: Callable[..., dict] | None = None
+    # (runtime over the compiled packages, weights dir, params, gate) → report with "passed" and
+    # "checks": the runtime end to end against upstream on fixed texts (rule end_to_end)
+    check_end_to_end: Callable[..., dict] | None = None
 
     def scenario_stage(self, name: str, params: dict, weights_dir: Path) -> ScenarioStage:
         if self.make_stage is None:

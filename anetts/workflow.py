@@ -265,6 +265,33 @@ class WorkflowConfig:
         """The compiled chain is held to the default gate (per-stage overrides do not apply to it)."""
         return canonical(asdict(Gate.make(**self.config.get("parity", {}).get("default", {}))))
 
+    # -- end to end (rule end_to_end): the runtime over the compiled packages vs upstream, fixed texts
+    def end_to_end_settings(self, model: str) -> dict | None:
+        """The family's `end_to_end` block with the model's over it (gate merged key by key), or None
+        when the family declares no check or the model turns it off (`end_to_end: {enabled: false}`)."""
+        if not self.decl(model).end_to_end_code:
+            return None
+        fam = dict(self.config["families"][self.family_of(model)].get("end_to_end") or {})
+        own = dict(self.config["models"][model].get("end_to_end") or {})
+        merged = {**fam, **own, "gate": {**fam.get("gate", {}), **own.get("gate", {})}}
+        if not merged.pop("enabled", True):
+            return None
+        return canonical(merged)
+
+    def end_to_end_reports(self, model: str) -> list[str]:
+        return [str(artifacts.end_to_end_path(model))] if self.end_to_end_settings(model) else []
+
+    def end_to_end_params(self, model: str) -> dict:
+        return {k: v for k, v in self.end_to_end_settings(model).items() if k != "gate"}
+
+    def end_to_end_gate(self, model: str) -> dict:
+        return self.end_to_end_settings(model)["gate"]
+
+    def end_to_end_code(self, model: str) -> list[str]:
+        runtime = sorted((_PKG / "runtime").glob("*.py"))
+        return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "verify" / "end_to_end.py",
+                          _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
+
     def scenario_parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py", *self.parity_code()])
 

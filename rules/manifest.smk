@@ -14,6 +14,8 @@ rule manifest:
         assets="artifacts/{model}/assets",
         # the compiled chain's gate, for families that declare one
         chain=lambda w: WF.chain_reports(w.model),
+        # the runtime end to end over the compiled packages, for families that declare a check
+        end_to_end=lambda w: WF.end_to_end_reports(w.model),
     output:
         "artifacts/{model}/manifest.json",
     log:

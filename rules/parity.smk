@@ -118,3 +118,39 @@ rule parity_summary:
         audio=lambda w: WF.audio_output(w.model),
     script:
         "../workflow_scripts/parity_summary.py"
+
+
+rule end_to_end:
+    """The runtime over the compiled packages (MIL executor on Linux, Core ML on macOS) against
+    upstream on the family's fixed texts, upstream's random draws replayed. Gated; its verdict goes
+    in the manifest. It reads what the manifest rule reads and builds the manifest in memory.
+    """
+    input:
+        weights="artifacts/{model}/weights",
+        reports=lambda w: WF.package_reports(w.model),
+        packages=lambda w: WF.packages(w.model),
+        torchscripts=lambda w: WF.torchscripts(w.model),
+        # only packages that passed their own gates are composed
+        parity=lambda w: WF.parity_reports(w.model),
+        example_inputs=lambda w: WF.example_inputs(w.model),
+        assets="artifacts/{model}/assets",
+        code=lambda w: WF.end_to_end_code(w.model),
+    output:
+        "artifacts/{model}/end_to_end.json",
+    log:
+        "artifacts/{model}/logs/end_to_end.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/end_to_end.tsv"
+    conda:
+        "../envs/anetts.yaml"
+    threads: RES.threads("end_to_end")
+    resources:
+        **RES.of("end_to_end"),
+    params:
+        model_meta=lambda w: WF.model_meta(w.model),
+        stages=lambda w: WF.stage_settings(w.model),
+        settings=lambda w: WF.end_to_end_params(w.model),
+        gate=lambda w: WF.end_to_end_gate(w.model),
+        versions=lambda w: WF.upstream_versions(w.model),
+    script:
+        "../workflow_scripts/end_to_end.py"

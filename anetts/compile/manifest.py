@@ -33,11 +33,20 @@ def _assets(assets_dir: Path, rel) -> list[dict]:
              "bytes": f.stat().st_size} for f in files]
 
 
-def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list, parity: list,
-                   model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = (),
-                   assets_dir: Path | None = None, chain: list = ()) -> dict:
-    out = Path(out)
-    model_dir = out.parent.resolve()
+def write_manifest(out: Path, *args, **kwargs) -> dict:
+    """`build_manifest` for the directory of `out`, written atomically to `out`."""
+    manifest = build_manifest(Path(out).parent, *args, **kwargs)
+    with atomic_outputs(out) as (tmp,):
+        write_json(tmp, manifest)
+    return manifest
+
+
+def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list,
+                   parity: list, model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = (),
+                   assets_dir: Path | None = None, chain: list = (), end_to_end: list = ()) -> dict:
+    """The manifest of `model_dir` (paths relative to it), as a dict. The end-to-end check builds
+    one without writing it: it composes the packages through the runtime before the manifest exists."""
+    model_dir = Path(model_dir).resolve()
     family = get_family(model_meta["family"])
     source = json.loads((Path(weights_dir) / "source.json").read_text(encoding="utf-8"))
 
@@ -101,8 +110,8 @@ def write_manifest(out: Path, weights_dir: Path, reports: list, packages: list, 
         "assets": _assets(assets_dir, rel) if assets_dir is not None else [],
         # the compiled packages composed as the runtime composes them, against upstream
         "chain": [_chain_verdict(p, rel) for p in chain],
+        # the runtime's composition of the compiled packages against upstream, on fixed texts
+        "end_to_end": [_chain_verdict(p, rel) for p in end_to_end],
         "provenance": provenance(),
     }
-    with atomic_outputs(out) as (tmp,):
-        write_json(tmp, manifest)
     return manifest

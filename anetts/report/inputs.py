@@ -37,10 +37,13 @@ def benchmark_files(wf, model: str, patterns: dict[str, tuple[str, str | None]])
     `patterns`: rule name → (benchmark pattern with wildcards among model, stage, bucket; which
     jobs the rule has, `anetts.resources.RuleSpec.jobs`). The combinations are the model's:
     stage+bucket → its packages (of the rule's stage kind), stage → its stages, bucket → the
-    shared reference buckets (the chain checks' for "chain"), none → one per model.
+    shared reference buckets (the chain checks' for "chain"), none → one per model ("end_to_end":
+    only if the model has the check).
     """
     out = []
     for rule, (pattern, jobs) in sorted(patterns.items()):
+        if jobs == "end_to_end" and not wf.end_to_end_reports(model):
+            continue
         stages = [s for s in wf.stages(model) if jobs in (None, "chain") or wf.stage_kind(model, s) == jobs]
         if jobs == "chain":
             reference = [Path(p).stem for p in wf.chain_reports(model)]

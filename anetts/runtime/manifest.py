@@ -130,9 +130,15 @@ class ModelArtifacts:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             raise ArtifactError(f"cannot read manifest {path}: {e}") from e
+        return cls.from_manifest(model_dir, manifest, deployment_target, where=str(path))
+
+    @classmethod
+    def from_manifest(cls, model_dir: str | Path, manifest: dict, deployment_target: str | None = None,
+                      where: str = "manifest") -> "ModelArtifacts":
+        """A manifest already in memory (`anetts.compile.manifest.build_manifest`), paths relative to `model_dir`."""
+        model_dir = Path(model_dir)
         if not isinstance(manifest, dict):
-            raise ArtifactError(f"{path}: expected a JSON object")
-        where = str(path)
+            raise ArtifactError(f"{where}: expected a JSON object")
         family = _require(manifest, "family", where)
         try:
             declared = tuple(declaration(family).stages)

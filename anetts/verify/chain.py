@@ -1,5 +1,6 @@
 """The compiled-chain gate (rule `chain_parity`): run the family's chain check, write its report
-only if it passed, else a `.failed.json` beside it and an error naming the failed checks."""
+only if it passed, else a `.failed.json` beside it and an error naming the failed checks
+(`write_verdict`, shared with the end-to-end gate)."""
 from __future__ import annotations
 
 import logging
@@ -22,13 +23,21 @@ def check_chain_report(family_name: str, packages: dict, assets_dir: Path, refer
         raise ParityError(f"family {family_name!r} has no chain check")
     report = family.check_chain({k: Path(v) for k, v in packages.items()}, Path(assets_dir), Path(reference),
                                 Gate.make(**gate), stage_params)
+    if report["passed"] and not report.get("meets_target", True):
+        log.warning("chain %s: passed below the %s dB target", out_json.stem, gate.get("target_snr_db"))
+    return write_verdict(report, out_json, f"compiled chain {out_json.stem}")
+
+
+def write_verdict(report: dict, out_json: Path, what: str) -> dict:
+    """A passed report to `out_json`; a failed one to `<stem>.failed.json` beside it, and an error
+    naming its failed checks (nothing at `out_json`, so nothing downstream takes it for a pass)."""
+    out_json = Path(out_json)
+    clear_outputs(out_json)
     if report["passed"]:
         with atomic_outputs(out_json) as (tmp,):
             write_json(tmp, report)
-        if not report.get("meets_target", True):
-            log.warning("chain %s: passed below the %s dB target", out_json.stem, gate.get("target_snr_db"))
         return report
     failed = out_json.with_name(out_json.stem + ".failed.json")
     write_json(failed, report)
     bad = sorted(k for k, ok in report["checks"].items() if not ok)
-    raise ParityError(f"compiled chain {out_json.stem} failed {bad}; report: {failed}")
+    raise ParityError(f"{what} failed {bad}; report: {failed}")

@@ -33,6 +33,12 @@ def _materialize_onnx(source: dict, staging: Path, voices: list, scratch: Path) 
     return materialize_onnx(source, staging, voices, scratch)
 
 
+def _check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
+    from anetts.models.kokoro.end_to_end import check_end_to_end
+
+    return check_end_to_end(tts, weights_dir, params, gate)
+
+
 FAMILY = Family(
     name=DECLARATION.name,
     stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
@@ -47,4 +53,5 @@ FAMILY = Family(
     host_params=_weights.host_dsp_params,
     write_runtime_assets=write_runtime_assets,
     convert_onnx=_materialize_onnx,
+    check_end_to_end=_check_end_to_end,
 )
