@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import subprocess
@@ -36,8 +35,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from anetts import artifacts  # noqa: E402
-from anetts.models.kokoro import dsp  # noqa: E402
-from anetts.models.kokoro.dsp import SourceDraws  # noqa: E402
+from anetts.models.kokoro.end_to_end import compare_texts  # noqa: E402
 from anetts.models.kokoro.weights import load_kmodel  # noqa: E402
 from anetts.runtime import load  # noqa: E402
 from anetts.runtime.audio import log_mel_similarity  # noqa: E402
@@ -52,35 +50,6 @@ TEXTS = (
     "doːmo aɾiɡatoː ɡozaimasɯ.",
     "aɕita eki e ikimasɯ.",
 )
-
-
-def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    ref, test = np.asarray(ref, np.float64).ravel(), np.asarray(test, np.float64).ravel()
-    n = min(ref.size, test.size)
-    err = np.sum((ref[:n] - test[:n]) ** 2)
-    return float(10 * np.log10(np.sum(ref[:n] ** 2) / err)) if err > 0 else 200.0
-
-
-@contextlib.contextmanager
-def replayed_draws(draws: SourceDraws):
-    """Upstream's SineGen takes ``draws`` instead of torch's RNG (as tests/test_dsp.py does)."""
-    real_rand, real_randn_like = torch.rand, torch.randn_like
-
-    def fake_rand(*shape, **kw):
-        if tuple(shape) != (1, dsp.N_HARMONICS):
-            return real_rand(*shape, **kw)
-        return torch.from_numpy(draws.rand_ini.astype(np.float32))[None].clone()
-
-    def fake_randn_like(x, **kw):
-        if x.shape[-1] == dsp.N_HARMONICS:  # SineGen's noise
-            return torch.from_numpy(draws.sine_noise[: x.shape[1]])[None].to(x.dtype)
-        return torch.zeros_like(x)  # SourceModuleHnNSF's noise branch, which Generator discards
-
-    torch.rand, torch.randn_like = fake_rand, fake_randn_like
-    try:
-        yield
-    finally:
-        torch.rand, torch.randn_like = real_rand, real_randn_like
 
 
 def build(model: str, buckets: dict[str, list[int]], cores: int) -> Path:
@@ -116,62 +85,11 @@ def parity_table(model: str) -> list[dict]:
 
 
 def end_to_end(model: str, backend: str, voice: str | None, seed: int) -> list[dict]:
-    model_dir = artifacts.model_dir(model, REPO / "artifacts")
-    tts = load(model_dir, backend=backend)
-    kmodel = load_kmodel(tts.artifacts.weights_dir)
-    voice = voice or tts.default_voice
-    pack = tts.voice_pack(voice)
-
-    recorded: dict[str, np.ndarray] = {}
-    run = tts.backend.run
-
-    def recording_run(stage, bucket, inputs):  # the runtime's F0, without changing the runtime
-        out = run(stage, bucket, inputs)
-        if stage == "f0ntrain":
-            recorded["F0"] = np.array(out["F0_pred"])
-        return out
-
-    tts.backend.run = recording_run
-    up_f0: dict[str, np.ndarray] = {}
-    kmodel.predictor.F0_proj.register_forward_hook(lambda m, i, o: up_f0.__setitem__("F0", o.detach().numpy()))
-
-    def upstream(ids, ref_s, draws):
-        with replayed_draws(draws), torch.inference_mode():
-            audio, dur = kmodel.forward_with_tokens(torch.tensor([ids]), torch.from_numpy(ref_s), 1.0)
-        return audio.numpy().reshape(-1), dur.numpy().reshape(-1), up_f0["F0"].reshape(-1)
-
-    rows = []
-    for ps in TEXTS:
-        ids, dropped = tts._tokenize(ps)
-        if dropped:
-            raise SystemExit(f"phonemes not in the vocab: {dropped}")
-        ref_s = tts.style_row(pack, len(ps))
-        t0 = time.perf_counter()
-        r = tts.synthesize_tokens(ids, ref_s=ref_s, seed=seed)
-        rt_s = time.perf_counter() - t0
-        frames = int(r.pred_dur.sum())
-        n = frames * dsp.KOKORO.samples_per_frame
-        draws = SourceDraws.sample(n, np.random.default_rng(seed))  # what the runtime drew
-        other = SourceDraws.sample(n, np.random.default_rng(seed + 1))
-        a_up, d_up, f0_up = upstream(ids, ref_s, draws)
-        a_floor, _, _ = upstream(ids, ref_s, other)
-        f0_rt = recorded["F0"].reshape(-1)[: f0_up.size]
-        voiced = f0_up > 50.0
-        sim, floor = log_mel_similarity(a_up, r.audio), log_mel_similarity(a_up, a_floor)
-        row = {
-            "phonemes": ps, "tokens": len(ids), "frames": frames, "seconds": round(n / dsp.SAMPLE_RATE, 3),
-            "buckets": r.buckets, "durations_equal": bool(np.array_equal(d_up, r.pred_dur)),
-            "duration_mismatches": int(np.sum(d_up != r.pred_dur)) if d_up.size == r.pred_dur.size else None,
-            "waveform_snr_db": snr_db(a_up, r.audio),
-            "log_mel_corr": sim["log_mel_corr"], "log_mel_l1": sim["log_mel_l1"],
-            "f0_rmse_hz_voiced": float(np.sqrt(np.mean((f0_rt[voiced] - f0_up[voiced]) ** 2))) if voiced.any() else None,
-            "f0_max_abs_hz": float(np.max(np.abs(f0_rt - f0_up))),
-            "seed_floor": {"waveform_snr_db": snr_db(a_up, a_floor), "log_mel_corr": floor["log_mel_corr"],
-                           "log_mel_l1": floor["log_mel_l1"]},
-            "runtime_seconds": round(rt_s, 2),
-        }
+    """The end_to_end rule's comparison (anetts.models.kokoro.end_to_end) on TEXTS, any backend."""
+    tts = load(artifacts.model_dir(model, REPO / "artifacts"), backend=backend)
+    rows = compare_texts(tts, load_kmodel(tts.artifacts.weights_dir), TEXTS, seed, voice)
+    for row in rows:
         log.info("e2e %s", {k: row[k] for k in ("tokens", "frames", "durations_equal", "waveform_snr_db", "log_mel_corr")})
-        rows.append(row)
     return rows
 
 
