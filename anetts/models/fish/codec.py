@@ -20,9 +20,10 @@ weight-normed convolutions as `weight_g`/`weight_v` (dac's WNConv1d) or
 `conv.parametrizations.weight.original0/1` (modded_dac's CausalWNConv1d), as upstream's
 `inference.load_model` reads it (a `state_dict` wrapper and a `generator.` prefix are unwrapped the
 same way). Derived buffers (`*.freqs_cis`, `*.causal_mask`, sized by the training code's block
-size) are dropped before loading. A weights directory may hold `codec.json` (the config in the
-yaml's layout, `_target_`s left out); without it the codec is S2 Pro's, read from the installed
-fish-speech's `modded_dac_vq.yaml`. Synthetic presets write one only for a non-S2-Pro size.
+size) are dropped before loading. The codec's config is S2 Pro's, read from the installed
+fish-speech's `modded_dac_vq.yaml`, unless `config.json` carries `anetts_codec_config` (the same
+layout, `_target_`s left out): the tiny synthetic preset does, so that every weights source (a
+local copy of it included) reads its codec with the one file every source fetches.
 
 The voice-cloning encoder (reference audio -> codes for the prompt's system turn) runs on the
 host in torch (upstream `DAC.encode`), not as a second Core ML stage: it runs once per reference
@@ -41,7 +42,6 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
-import json
 import math
 import re
 import sys
@@ -54,7 +54,7 @@ import torch
 from torch import nn
 
 CODEC_NAME = "codec.pth"
-CODEC_CONFIG_NAME = "codec.json"
+CODEC_CONFIG_KEY = "anetts_codec_config"  # in config.json, for a codec that is not S2 Pro's
 SAMPLES_PER_FRAME = 2048
 SAMPLE_RATE = 44100
 N_CODEBOOKS = 10  # semantic + 9 residual: the codes of one frame
@@ -163,13 +163,19 @@ def tiny_config() -> dict:
 
 
 def read_codec_config(weights_dir: Path) -> dict:
-    path = Path(weights_dir) / CODEC_CONFIG_NAME
-    if not path.is_file():
-        return s2_pro_config()
+    """config.json's `anetts_codec_config`, or S2 Pro's codec when it has none."""
+    from anetts.models.fish.config import CONFIG_NAME, FishConfigError, read_config_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CodecError(f"{path} is not valid JSON: {e}") from e
+        data = read_config_json(Path(weights_dir) / CONFIG_NAME)
+    except FishConfigError as e:
+        raise CodecError(str(e)) from e
+    cfg = data.get(CODEC_CONFIG_KEY)
+    if cfg is None:
+        return s2_pro_config()
+    if not isinstance(cfg, dict):
+        raise CodecError(f"{Path(weights_dir) / CONFIG_NAME}: {CODEC_CONFIG_KEY} must be an object")
+    return cfg
 
 
 def _get(cfg: dict, *keys, where: str):
@@ -182,7 +188,7 @@ def _get(cfg: dict, *keys, where: str):
 
 
 def check_config(cfg: dict, num_codebooks: int | None = None, codebook_size: int | None = None,
-                 where: str = CODEC_CONFIG_NAME) -> None:
+                 where: str = CODEC_CONFIG_KEY) -> None:
     """Raise naming the key when `cfg` does not decode 10-code frames to 2048 samples."""
     dec = math.prod(_get(cfg, "decoder_rates", where=where)) * math.prod(_get(cfg, "quantizer", "downsample_factor", where=where))
     if dec != SAMPLES_PER_FRAME:
@@ -264,7 +270,7 @@ def validate_codec(weights_dir: Path, num_codebooks: int | None = None, codebook
     non-finite tensor is raised by name. Returns the config."""
     weights_dir = Path(weights_dir)
     cfg = read_codec_config(weights_dir)
-    check_config(cfg, num_codebooks, codebook_size, str(weights_dir / CODEC_CONFIG_NAME))
+    check_config(cfg, num_codebooks, codebook_size, f"{weights_dir / 'config.json'} codec")
     path = weights_dir / CODEC_NAME
     state, spec = read_state(path), expected_tensors(cfg)
     for name, shape in spec.items():
@@ -309,7 +315,7 @@ def _seed(seed: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/codec".encode()).digest()[:8], "little") & (2**63 - 1)
 
 
-def write_synthetic_codec(out_dir: Path, cfg: dict, seed: int, write_config: bool) -> dict:
+def write_synthetic_codec(out_dir: Path, cfg: dict, seed: int) -> dict:
     """codec.pth with upstream's own initialisation (truncated-normal convolutions, weight norm
     g = |v|, LayerScale 1e-2, unit Snake alphas) drawn from `seed`; the state dict in the real
     layout. Then the parameters are perturbed a little (deterministic, per tensor) so that no
@@ -328,10 +334,7 @@ def write_synthetic_codec(out_dir: Path, cfg: dict, seed: int, write_config: boo
             v = v + 0.1 * scale * torch.randn(v.shape, generator=g)
         state[k] = v.contiguous()
     torch.save(state, out_dir / CODEC_NAME)
-    if write_config:
-        (out_dir / CODEC_CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-    return {"tensors": len(state), "parameters": sum(v.numel() for v in state.values()),
-            "config": CODEC_CONFIG_NAME if write_config else "fish-speech configs/modded_dac_vq.yaml"}
+    return {"tensors": len(state), "parameters": sum(v.numel() for v in state.values())}
 
 
 # ---------------------------------------------------------------------------------------
