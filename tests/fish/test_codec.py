@@ -89,6 +89,19 @@ def test_bad_codec_weights_name_the_tensor(fish_tiny, tmp_path, edit, message):
         get_family("fish").validate_weights(bad, [], tmp_path)
 
 
+def test_a_local_source_copies_the_codec_and_refuses_one_without(fish_tiny, tmp_path):
+    from anetts.weights import WeightsSourceError, materialize_weights
+
+    record = materialize_weights("fish", {"source": "local", "path": str(fish_tiny)}, tmp_path / "copy")
+    assert "codec.pth" in record["files"]
+    assert C.read_codec_config(tmp_path / "copy") == C.read_codec_config(fish_tiny)  # tiny: from config.json
+    bare = tmp_path / "bare"
+    shutil.copytree(fish_tiny, bare)
+    (bare / C.CODEC_NAME).unlink()
+    with pytest.raises(WeightsSourceError, match="missing weight file: .*codec.pth"):
+        materialize_weights("fish", {"source": "local", "path": str(bare)}, tmp_path / "w")
+
+
 def test_missing_codec_and_mismatched_config_are_named(fish_tiny, tmp_path):
     w = tmp_path / "w"
     shutil.copytree(fish_tiny, w)

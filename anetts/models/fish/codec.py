@@ -322,8 +322,9 @@ def write_synthetic_codec(out_dir: Path, cfg: dict, seed: int) -> dict:
     norm gain, Snake alpha or layer scale is exactly its init constant: a swapped or ignored one
     shows up in parity."""
     out_dir = Path(out_dir)
-    torch.manual_seed(_seed(seed))
-    model = build_dac(cfg)
+    with torch.random.fork_rng(devices=[]):  # upstream's init draws from the global RNG: leave it as it was
+        torch.manual_seed(_seed(seed))
+        model = build_dac(cfg)
     state = {}
     for k, v in model.state_dict().items():
         if _is_dropped(k):
