@@ -8,6 +8,10 @@ TORCH_SPEC ?= torch==2.13.0
 # gradio, wandb, datasets==2.18, pyaudio (a source build) and pin numpy<=1.26.4; the few modules
 # it needs at import (einops, loralib, tiktoken, transformers) are in pyproject.toml.
 FISH_SPEECH_SPEC ?= fish-speech==0.1.0
+# The layers and quantizer fish-speech's codec (modded DAC, anetts/models/fish/codec.py) is built on.
+# --no-deps: it declares descript-audiotools (torchaudio, librosa, protobuf<3.20, ...), of which the
+# decoder needs only a base class, shimmed at import; argbind and the rest are unused too.
+DAC_SPEC ?= descript-audio-codec==1.0.0
 # The independent S2 port the Fish reference is checked against (anetts/models/fish/crosscheck.py).
 # --no-deps: it declares transformers>=5.14, which this project pins below 5; mlx is in pyproject.toml.
 MLX_AUDIO_SPEC ?= mlx-audio==0.6.2
@@ -25,7 +29,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test,coreai,cluster]"
-	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(MLX_AUDIO_SPEC)"
+	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(DAC_SPEC)" "$(MLX_AUDIO_SPEC)"
 	touch $@
 
 olah: $(OLAH_VENV)/bin/olah-cli

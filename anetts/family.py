@@ -19,6 +19,8 @@ BUCKET_UNITS = {
     "seconds": (lambda size: f"{size}s", r"\d+s"),
     # KV rows of a stateful stage (its context); stages without one name the reference scenario's context
     "context": (lambda size: f"ctx{size}", r"ctx\d+"),
+    # codec frames (Fish: 10 codes in, 2048 samples out per frame)
+    "frames": (lambda size: f"f{size}", r"f\d+"),
 }
 
 # How a stage is exported, converted and verified:

@@ -243,10 +243,12 @@ class WorkflowConfig:
         return bool(self.decl(model).chain_code)
 
     def chain_reports(self, model: str) -> list[str]:
-        """One chain check per reference bucket the model's stages share (none if the family has no check)."""
+        """One chain check per reference bucket the model's stages share (none if the family has no check);
+        stages with examples of their own (Fish's codec) are not part of a chain."""
         if not self.has_chain(model):
             return []
-        buckets = sorted({b for s in self.stages(model) for b in self.buckets(model, s)})
+        decl = self.decl(model)
+        buckets = sorted({b for s in self.stages(model) if decl.stage(s).uses_reference for b in self.buckets(model, s)})
         return [str(artifacts.chain_parity_path(model, b)) for b in buckets]
 
     def chain_packages(self, model: str, bucket: str) -> list[str]:

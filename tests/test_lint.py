@@ -51,7 +51,7 @@ def test_conda_env_pins_what_make_setup_installs():
     want["torch"] = _makefile_spec("TORCH_SPEC")
     assert got == want
     post = (REPO / "envs" / "anetts.post-deploy.sh").read_text()
-    for var in ("FISH_SPEECH_SPEC", "MLX_AUDIO_SPEC"):
+    for var in ("FISH_SPEECH_SPEC", "DAC_SPEC", "MLX_AUDIO_SPEC"):
         assert f'"{_makefile_spec(var)}"' in post and "--no-deps" in post, var
     assert os.access(REPO / "envs" / "anetts.post-deploy.sh", os.X_OK)
     rules = "".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))

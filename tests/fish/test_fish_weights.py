@@ -89,6 +89,7 @@ def test_synthesis_is_deterministic(fish_tiny, tmp_path):
     other = materialize_weights("fish", {"source": "synthetic", "preset": "fish-tiny", "seed": 1}, tmp_path / "w1")
     shard = "model-00001-of-00004.safetensors"
     assert other["files"][shard] != first["files"][shard]
+    assert other["files"]["codec.pth"] != first["files"]["codec.pth"]  # the codec follows the seed too
 
 
 def _rewrite(weights_dir: Path, name: str, tensor: torch.Tensor | None) -> None:

@@ -1,6 +1,7 @@
 """Fish in the DAG: `snakemake all --config model=fish-tiny` builds gated, manifested packages
 (scenario stages: multifunction packages with fp16 KV states, parity by teacher-forced scenarios
-against upstream, the compiled chain gated), and the config expands repeated stages per model."""
+against upstream, the compiled chain gated; the bucketed codec with its bundle), and the config
+expands repeated stages per model."""
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,9 @@ def fish_config(weights_dir=None, frames: int = 72) -> dict:
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["model"] = MODEL
     cfg["families"]["fish"]["scenario_frames"] = frames
-    for st in cfg["families"]["fish"]["stages"].values():
-        st["buckets"] = [256]
+    for name, st in cfg["families"]["fish"]["stages"].items():
+        if name != "codec":  # frames, not context: fish-tiny's own [8] applies
+            st["buckets"] = [256]
     if weights_dir is not None:
         cfg["models"][MODEL]["weights"] = {"source": "local", "path": str(weights_dir)}
     return cfg
@@ -41,13 +43,16 @@ def fish_build(tmp_path_factory, fish_tiny):
 def test_config_expands_repeated_stages_per_model():
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     wf = WorkflowConfig(cfg)
-    assert wf.stages("fish-tiny") == ["slow_chunk0", "slow_chunk1", "lm_head", "fast_ar"]
-    # the model's own stage settings override its family's: fish-s2-pro sets more chunks
-    assert wf.stages("fish-s2-pro")[:-2] == [f"slow_chunk{k}" for k in range(cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"])]
+    assert wf.stages("fish-tiny") == ["slow_chunk0", "slow_chunk1", "lm_head", "fast_ar", "codec"]
+    # the model's own stage settings override its family's: fish-s2-pro sets more chunks, fish-tiny one codec bucket
+    assert wf.stages("fish-s2-pro")[:-3] == [f"slow_chunk{k}" for k in range(cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"])]
+    assert wf.buckets("fish-tiny", "codec") == ["f8"] and wf.buckets("fish-s2-pro", "codec") == ["f16", "f64"]
+    assert wf.stage_kind("fish-tiny", "codec") == "bucketed"
     assert wf.stage_params("fish-tiny", "slow_chunk1")["index"] == 1
     assert wf.stage_kind("fish-tiny", "lm_head") == "scenario" and wf.stage_kind("kokoro-tiny", "duration") == "bucketed"
-    assert wf.bundles("fish-tiny") == []  # a scenario stage's package already holds its functions
-    assert wf.chain_reports("fish-tiny") == ["artifacts/fish-tiny/chain/ctx320.json"]
+    # a scenario stage's package already holds its functions; the codec's buckets are bundled
+    assert wf.bundles("fish-tiny") == ["artifacts/fish-tiny/bundles/codec.mlpackage"]
+    assert wf.chain_reports("fish-tiny") == ["artifacts/fish-tiny/chain/ctx320.json"]  # the codec is not in a chain
     assert wf.chain_reports("kokoro-tiny") == []
 
 
@@ -63,8 +68,8 @@ def test_bad_fish_config_names_the_key(edit, message):
         WorkflowConfig(cfg)
 
 
-@pytest.mark.parametrize("model, chunks", [("fish-tiny", 2), ("fish-s2-pro", 9)])
-def test_dry_run_lists_every_fish_job(tmp_path, model, chunks):
+@pytest.mark.parametrize("model, chunks, codec_buckets", [("fish-tiny", 2, 1), ("fish-s2-pro", 9, 2)])
+def test_dry_run_lists_every_fish_job(tmp_path, model, chunks, codec_buckets):
     cfg = fish_config()
     cfg["model"] = model
     workdir = make_workflow_copy(tmp_path / "wf", cfg)
@@ -73,7 +78,8 @@ def test_dry_run_lists_every_fish_job(tmp_path, model, chunks):
     n = chunks + 2
     assert {k: int(counts[k]) for k in ("export_scenario", "convert_scenario", "parity_scenario", "chain_parity")} == \
         {"export_scenario": n, "convert_scenario": n, "parity_scenario": n, "chain_parity": 1}
-    assert "export" not in counts and "bundle" not in counts
+    assert {k: int(counts[k]) for k in ("export", "convert", "parity", "bundle", "bundle_parity")} == \
+        {"export": codec_buckets, "convert": codec_buckets, "parity": codec_buckets, "bundle": 1, "bundle_parity": 1}
 
 
 def test_fish_build_is_gated_and_manifested(fish_build):
@@ -81,17 +87,23 @@ def test_fish_build_is_gated_and_manifested(fish_build):
     m = json.loads((mdir / "manifest.json").read_text())
     assert m["family"] == "fish" and "Fish Audio Research License" in m["licence"]
     assert [(p["stage"], p["bucket"]) for p in m["packages"]] == [
-        ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("lm_head", "ctx256"), ("fast_ar", "ctx256")]
+        ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("lm_head", "ctx256"), ("fast_ar", "ctx256"),
+        ("codec", "f8")]
     for p in m["packages"]:
-        assert p["kind"] == "scenario" and p["parity"]["passed"]
+        assert p.get("kind", "bucketed") == ("bucketed" if p["stage"] == "codec" else "scenario") and p["parity"]["passed"]
         assert (mdir / p["path"]).is_dir() and (mdir / p["example_inputs"]).is_file()
+    codec = m["packages"][-1]
+    # the contract the runtime codes against
+    assert [(t["name"], t["shape"], t["dtype"]) for t in codec["inputs"]] == [("codes", [1, 10, 8], "int32")]
+    assert [(t["name"], t["shape"], t["dtype"]) for t in codec["outputs"]] == [("audio", [1, 8 * 2048], "float32")]
+    assert codec["geometry"]["samples_per_frame"] == 2048 and codec["precision"] == "fp16"
     chunk = m["packages"][0]
     assert set(chunk["functions"]) == {"prefill", "decode"}
     states = chunk["functions"]["decode"]["states"]
     assert states and all(s["dtype"] == "float16" and s["shape"][2] == 256 for s in states)
     assert m["chain"] and all(c["passed"] for c in m["chain"])
     assert {a["name"] for a in m["assets"]} >= {"tokenizer.json", "config.json", "embeddings.fp16.npy"}
-    assert m["bundles"] == []
+    assert [(b["stage"], b["functions"], b["parity"]["passed"]) for b in m["bundles"]] == [("codec", {"f8": "f8"}, True)]
 
 
 def test_fish_parity_checks_every_position_against_upstream(fish_build):

@@ -6,7 +6,7 @@ from anetts.family import FamilyDecl, StageDecl
 _F = "models/fish"
 # every stage wrapper is built on these (config, per-layer loading, the shared transformer block)
 _SHARED = (f"{_F}/config.py", f"{_F}/loader.py", f"{_F}/weights.py", f"{_F}/stages/layers.py", f"{_F}/impl.py")
-_WEIGHTS_COMMON = ("weights.py", f"{_F}/weights.py", f"{_F}/config.py", f"{_F}/tokenizer.py")
+_WEIGHTS_COMMON = ("weights.py", f"{_F}/weights.py", f"{_F}/config.py", f"{_F}/tokenizer.py", f"{_F}/codec.py")
 
 # The Fish Audio Research License: research and non-commercial use only;
 # redistributing converted packages needs the agreement, a NOTICE and "Built with Fish Audio".
@@ -26,11 +26,13 @@ DECLARATION = FamilyDecl(
                              description="tied head over the 4,096 semantic ids + <|im_end|> (all upstream can sample)"),
         "fast_ar": StageDecl("fast_ar", "context", (f"{_F}/stages/fast_ar.py", *_SHARED), uses_reference=True,
                              kind="scenario", description="fast AR: one call per codebook, a 10-slot KV state"),
+        "codec": StageDecl("codec", "frames", (f"{_F}/stages/codec.py", f"{_F}/codec.py"),
+                           description="modded DAC decoder: 10 codes per frame -> 2048 samples at 44.1 kHz"),
     },
     implementation="anetts.models.fish.impl",
     runtime=None,  # the generation runtime (codec, sampling) is the next step
     licence=LICENCE,
-    upstream=("fish-speech", "transformers"),
+    upstream=("fish-speech", "transformers", "descript-audio-codec"),
     weights_code={
         "synthetic": (*_WEIGHTS_COMMON, f"{_F}/presets.py"),
         "hf": _WEIGHTS_COMMON,
@@ -39,4 +41,5 @@ DECLARATION = FamilyDecl(
     reference_code=(f"{_F}/reference.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
     assets_code=(f"{_F}/assets.py",),
     chain_code=(f"{_F}/chain_check.py", f"{_F}/stages/chain.py"),
+    audio=("codec", "audio", 44100),
 )

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+from anetts.models.fish import codec as _codec
 from anetts.models.fish import weights as _weights
 from anetts.models.fish.assets import write_runtime_assets
 from anetts.models.fish.config import CONFIG_NAME
 from anetts.models.fish.family import DECLARATION
+from anetts.models.fish.stages.codec import CodecStage
 from anetts.stage import Family, ScenarioStage
 
 
@@ -146,11 +148,15 @@ def make_stage(name: str, params: dict, weights_dir: Path) -> ScenarioStage:
 
 def _load_model(weights_dir: Path, stage: str | None = None):
     """The upstream reference model (fish-speech 0.1.0 + the S2 adaptation) for the shared reference
-    run; stages load only their own tensors (`ScenarioStage.load`)."""
+    run, or upstream's codec for the `codec` stage; the AR stages load only their own tensors
+    (`ScenarioStage.load`)."""
     from anetts.models.fish.reference import load_reference_model
 
+    if stage == "codec":
+        return _codec.load_codec(weights_dir)
     if stage is not None:
-        raise ValueError(f"fish stages load their own tensors; load_model is for the reference run (got {stage!r})")
+        raise ValueError(f"fish AR stages load their own tensors; load_model is for the reference run and the codec "
+                         f"(got {stage!r})")
     return load_reference_model(weights_dir)
 
 
@@ -175,7 +181,12 @@ def _synthesize(out_dir: Path, preset: str, seed: int, scratch: Path) -> dict:
 def _validate(weights_dir: Path, voices: list, scratch: Path):
     if voices:
         raise ValueError(f"fish weights have no voice packs (config names {voices})")
-    return _weights.validate_weights_dir(weights_dir)
+    cfg = _weights.validate_weights_dir(weights_dir)
+    try:
+        _codec.validate_codec(weights_dir, cfg.num_codebooks, cfg.codebook_size)
+    except _codec.CodecError as e:
+        raise _weights.WeightsError(str(e)) from e
+    return cfg
 
 
 def _check_chain(packages: dict, assets_dir: Path, reference: Path, gate, stage_params: dict) -> dict:
@@ -189,9 +200,10 @@ def _check_chain(packages: dict, assets_dir: Path, reference: Path, gate, stage_
 
 FAMILY = Family(
     name=DECLARATION.name,
-    stages={},  # scenario stages only: `make_stage` builds them from their config parameters
+    # the bucketed codec; the AR's scenario stages are built by `make_stage` from their config parameters
+    stages={"codec": CodecStage()},
     load_model=_load_model,
-    weights_files=(CONFIG_NAME, _weights.INDEX_NAME),
+    weights_files=(CONFIG_NAME, _weights.INDEX_NAME, _codec.CODEC_NAME),
     voice_file=lambda name: name,
     default_voices=(),
     synthetic_voices=(),

@@ -4,7 +4,7 @@
 128, FFN 9728, vocab 155,776, 4 fast layers, 10 codebooks of 4096; about 4.56 B parameters).
 `fish-tiny` keeps every property a conversion can get wrong (heads x head_dim != dim, GQA 4:1,
 QK norm, 10 codebooks, the id layout text < special < semantic < padding) at sizes that build in
-well under a second.
+well under a second. Each preset names its codec (`codec.pth`): S2 Pro's, or a tiny one.
 """
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ class Preset:
     config: dict
     text_vocab: int  # ordinary (byte-level BPE) tokens below the first special id
     shard_bytes: int  # shards are cut at this size; the real repository's split is not known here
+    # codec.pth beside the checkpoint: "s2-pro" (fish-speech's modded_dac_vq.yaml, 391 M parameters)
+    # or "tiny" (the same modules and rates at small widths, anetts.models.fish.codec.tiny_config)
+    codec: str = "s2-pro"
 
 
 def _config(*, text_vocab: int, codebook_size: int, slow: dict, fast: dict) -> dict:
@@ -65,7 +68,7 @@ def _s2_pro() -> Preset:
     return Preset(
         config=_config(text_vocab=151_643, codebook_size=4096, slow={**real, "max_seq_len": 32_768},
                        fast=dict(real, n_layer=4)),
-        text_vocab=151_643, shard_bytes=2 << 30)
+        text_vocab=151_643, shard_bytes=2 << 30, codec="s2-pro")
 
 
 def _tiny() -> Preset:
@@ -74,7 +77,7 @@ def _tiny() -> Preset:
     return Preset(
         config=_config(text_vocab=256, codebook_size=512, slow={**small, "max_seq_len": 1024},
                        fast=dict(small, n_layer=2)),
-        text_vocab=256, shard_bytes=4 << 20)
+        text_vocab=256, shard_bytes=4 << 20, codec="tiny")
 
 
 PRESETS = {"fish-tiny": _tiny, "fish-s2-pro": _s2_pro}
@@ -84,4 +87,4 @@ def preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"unknown Fish preset {name!r}; choose one of {sorted(PRESETS)}")
     p = PRESETS[name]()
-    return Preset(copy.deepcopy(p.config), p.text_vocab, p.shard_bytes)
+    return Preset(copy.deepcopy(p.config), p.text_vocab, p.shard_bytes, p.codec)

@@ -5,6 +5,8 @@ Layout of a weights directory (identical for every source):
     model.safetensors.index.json   {"metadata": {"total_size"}, "weight_map": {tensor: shard}}
     model-0000k-of-0000n.safetensors  bf16 shards
     tokenizer.json                 HF tokenizers file (deterministic byte-level one for presets)
+    codec.pth                      the modded DAC codec's state dict (codec.py); config.json's
+                                   `anetts_codec_config` when it is not S2 Pro's (the tiny preset)
 
 Tensor names are the checkpoint's: the slow AR under `text_model.model.`, the fast AR, the fast
 embeddings and the codebook embeddings (used by the slow input!) under `audio_decoder.`.
@@ -276,10 +278,16 @@ def make_synthetic(out_dir: Path, preset_name: str, seed: int = 0) -> dict:
         total += sum(math.prod(spec[n]) * 2 for n in names)
         log.info("wrote %s (%d tensors)", fname, len(names))
     write_json(out_dir / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": wmap})
-    (out_dir / CONFIG_NAME).write_text(json.dumps(p.config, indent=2) + "\n", encoding="utf-8")
+    from anetts.models.fish import codec
+
+    codec_cfg = {"s2-pro": codec.s2_pro_config, "tiny": codec.tiny_config}[p.codec]()
+    codec.check_config(codec_cfg, cfg.num_codebooks, cfg.codebook_size, f"preset {preset_name} codec")
+    config = dict(p.config, **({codec.CODEC_CONFIG_KEY: codec_cfg} if p.codec != "s2-pro" else {}))
+    (out_dir / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     tok.write_tokenizer(out_dir / tok.TOKENIZER_NAME, p.text_vocab, cfg.codebook_size)
+    codec_report = codec.write_synthetic_codec(out_dir, codec_cfg, seed)
     return {"preset": preset_name, "seed": seed, "tensors": len(spec), "shards": len(shards),
-            "parameters": sum(math.prod(s) for s in spec.values()), "bytes": total}
+            "parameters": sum(math.prod(s) for s in spec.values()), "bytes": total, "codec": codec_report}
 
 
 # ---------------------------------------------------------------------------------------
