@@ -32,12 +32,12 @@ def write_verdict(report: dict, out_json: Path, what: str) -> dict:
     """A passed report to `out_json`; a failed one to `<stem>.failed.json` beside it, and an error
     naming its failed checks (nothing at `out_json`, so nothing downstream takes it for a pass)."""
     out_json = Path(out_json)
-    clear_outputs(out_json)
+    failed = out_json.with_name(out_json.stem + ".failed.json")
+    clear_outputs(out_json, failed)  # a pass leaves no earlier failure beside it
     if report["passed"]:
         with atomic_outputs(out_json) as (tmp,):
             write_json(tmp, report)
         return report
-    failed = out_json.with_name(out_json.stem + ".failed.json")
     write_json(failed, report)
     bad = sorted(k for k, ok in report["checks"].items() if not ok)
     raise ParityError(f"{what} failed {bad}; report: {failed}")
