@@ -28,7 +28,7 @@ DECLARATION = FamilyDecl(
                              kind="scenario", description="fast AR: one call per codebook, a 10-slot KV state"),
     },
     implementation="anetts.models.fish.impl",
-    runtime=None,  # the generation runtime (codec, sampling) is the next step
+    runtime="anetts.models.fish.runtime:FishRuntime",
     licence=LICENCE,
     upstream=("fish-speech", "transformers"),
     weights_code={
@@ -36,7 +36,7 @@ DECLARATION = FamilyDecl(
         "hf": _WEIGHTS_COMMON,
         "local": _WEIGHTS_COMMON,
     },
-    reference_code=(f"{_F}/reference.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
+    reference_code=(f"{_F}/reference.py", f"{_F}/prompt.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
     assets_code=(f"{_F}/assets.py",),
     chain_code=(f"{_F}/chain_check.py", f"{_F}/stages/chain.py"),
 )
