@@ -199,8 +199,8 @@ def test_codec_windows_and_stream_join_the_one_shot_decode(tts_mil, monkeypatch)
 
     def entry(F):
         return PackageEntry("codec", f"f{F}", "main", tts_mil.artifacts.model_dir, "", (
-            TensorSpec("codes", (1, 10, F), "int32"), TensorSpec("frames_valid", (1,), "int32")),
-            (TensorSpec("audio", (1, 2048 * F), "float32"),), {"frames": F}, None, None)
+            TensorSpec("codes", (1, 10, F), "int32", ""), TensorSpec("frames_valid", (1,), "int32", "")),
+            (TensorSpec("audio", (1, 2048 * F), "float32", ""),), {"frames": F}, None, None)
 
     def decoder(codes):  # (n, 10) -> (n * 2048,)
         c = np.pad(codes.astype(np.float64), ((3, 1), (0, 0)))
