@@ -18,7 +18,6 @@ in a fresh one (the same turns, the voice turn holding the latest frames generat
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -26,7 +25,6 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -509,23 +507,40 @@ class FishRuntime:
             gen.timings["slow"] += time.perf_counter() - t0
             pos += 1
 
-    def generate_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
-                       top_k: int = 30, seed: int = 0, stop_at_end: bool = True) -> dict:
-        """Codes of up to `n_frames` frames straight from prompt rows (no chunking, no restarts): the
-        decode loop alone, e.g. to compare with upstream's greedy reference decode on its prompt."""
-        params = SamplingParams(temperature, top_p, top_k)
+    def iter_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
+                   top_k: int = 30, seed: int = 0, stop_at_end: bool = True,
+                   timings: dict | None = None) -> Iterator[tuple[int, list[int]]]:
+        """Frames (semantic token, codes) of up to `n_frames` straight from prompt rows (no chunking,
+        no restarts): the decode loop alone, e.g. to compare with upstream's greedy reference decode."""
+        try:
+            params = SamplingParams(temperature, top_p, top_k)
+        except ValueError as e:
+            raise InputError(str(e)) from None
         rng = np.random.default_rng(seed)
         gen = _Gen(SemanticSampler(params, self.row_ids, (self.cfg.semantic_begin_id, self.cfg.semantic_end_id), rng),
                    rng, params)
+        if timings is not None:
+            gen.timings = timings
+        rows = np.asarray(rows, np.int64)
+        if rows.ndim != 2 or rows.shape[0] != self.cfg.num_codebooks + 1:
+            raise InputError(f"prompt rows must be ({self.cfg.num_codebooks + 1}, T), got {rows.shape}")
         if rows.shape[1] + n_frames - 1 > self.context:
             raise InputError(f"a {rows.shape[1]}-token prompt + {n_frames} frames needs {rows.shape[1] + n_frames - 1} "
                              f"KV rows, more than the context of {self.context}")
+        return self.generate_rows(rows, n_frames, gen, stop_at_end=stop_at_end)
+
+    def generate_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
+                       top_k: int = 30, seed: int = 0, stop_at_end: bool = True) -> dict:
+        """`iter_codes` collected: semantic_tokens (F,), codes (F, 10) (an <|im_end|> frame kept when
+        not `stop_at_end` has codes 0), timings."""
+        timings: dict = defaultdict(float)
         t0 = time.perf_counter()
-        frames = list(self.generate_rows(np.asarray(rows, np.int64), n_frames, gen, stop_at_end=stop_at_end))
-        gen.timings["total"] = time.perf_counter() - t0
+        frames = list(self.iter_codes(rows, n_frames, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                      stop_at_end=stop_at_end, timings=timings))
+        timings["total"] = time.perf_counter() - t0
         tokens = np.array([t for t, _ in frames], np.int64)
         codes = np.array([c if c else [0] * self.cfg.num_codebooks for _, c in frames], np.int64).reshape(-1, self.cfg.num_codebooks)
-        return {"semantic_tokens": tokens, "codes": codes, "timings": dict(gen.timings), "ras_used": gen.sampler.ras_used}
+        return {"semantic_tokens": tokens, "codes": codes, "timings": dict(timings)}
 
     # -------------------------------------------------------------- codec
 
