@@ -57,13 +57,24 @@ def test_torch_backend_greedy_codes_equal_upstream(tts_torch, greedy_case):
 
 
 def test_mil_backend_greedy_codes_follow_upstream_until_a_near_tie(tts_mil, greedy_case):
-    """The fp16 packages: equal to upstream from the first frame until one near-tie flips (fp16 vs fp32);
-    the frames before the first difference are all equal, and there are several."""
+    """The fp16 packages: upstream's codes until one near-tie flips (fp16 vs fp32; measured: frame 16 of
+    this prompt, codebook 1, upstream's top-2 fast logits 0.002 apart). The first difference must be
+    such a tie: the code it picked is within 0.05 of upstream's best logit."""
     rows, ref = greedy_case
     got = tts_mil.generate_codes(rows, FRAMES, temperature=0, stop_at_end=False)
     eq = _equal_frames(got, ref)
-    first = FRAMES if eq.all() else int(np.argmin(eq))
-    assert first >= 4, f"MIL decode diverged at frame {first}"
+    if eq.all():
+        return
+    f = int(np.argmin(eq))
+    assert f >= 8, f"MIL decode diverged at frame {f}"
+    if got["semantic_tokens"][f] != ref["semantic_tokens"][f]:
+        logits = ref["slow_logits"][f]
+        margin = logits[ref["semantic_tokens"][f]] - logits[got["semantic_tokens"][f]]
+    else:
+        c = int(np.argmax(got["codes"][f] != ref["codes"][f]))
+        logits = ref["fast_logits"][f][c]
+        margin = logits[ref["codes"][f][c]] - logits[got["codes"][f][c]]
+    assert 0 <= margin < 0.05, f"frame {f}: not a near-tie (upstream margin {margin:.4f})"
 
 
 def test_seeded_sampling_is_reproducible(tts_torch, greedy_case):
