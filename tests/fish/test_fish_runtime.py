@@ -204,14 +204,15 @@ def test_a_full_context_goes_on_in_a_fresh_one(tts_mil):
 
 def test_codec_windows_and_stream_join_the_one_shot_decode(tts_mil, monkeypatch):
     """Against the codec contract (codes [1, 10, F] zero-padded, audio [1, 2048 F]): a decoder whose
-    frame t depends on frames t-3..t+1 decodes the same audio one-shot, in windows and streamed."""
+    frame t depends on frames t-3..t+1 decodes the same audio one-shot, in windows and streamed; a
+    causal one with the default margins too."""
     from anetts.runtime.manifest import PackageEntry
     from anetts.stage import TensorSpec
 
-    def entry(F):
+    def entry(F, **margins):
         return PackageEntry("codec", f"f{F}", "main", tts_mil.artifacts.model_dir, "", (
             TensorSpec("codes", (1, 10, F), "int32", ""), TensorSpec("frames_valid", (1,), "int32", "")),
-            (TensorSpec("audio", (1, 2048 * F), "float32", ""),), {"frames": F}, None, None)
+            (TensorSpec("audio", (1, 2048 * F), "float32", ""),), {"frames": F, **margins}, None, None)
 
     def decoder(codes):  # (n, 10) -> (n * 2048,)
         c = np.pad(codes.astype(np.float64), ((3, 1), (0, 0)))
@@ -224,7 +225,8 @@ def test_codec_windows_and_stream_join_the_one_shot_decode(tts_mil, monkeypatch)
         calls.append(len(codes))
         return decoder(codes)
 
-    monkeypatch.setattr(tts_mil, "codec_entries", [entry(16), entry(32)])
+    # a decoder that looks one frame ahead declares it (the built codec is causal: the default is 0)
+    monkeypatch.setattr(tts_mil, "codec_entries", [entry(16), entry(32, context_frames=6, lookahead_frames=1)])
     monkeypatch.setattr(tts_mil, "_codec_call", codec_call)
     codes = np.random.default_rng(0).integers(0, 512, (70, 10))
     one = decoder(codes)  # the whole utterance at once (the true one-shot)
@@ -238,6 +240,14 @@ def test_codec_windows_and_stream_join_the_one_shot_decode(tts_mil, monkeypatch)
     assert 0 < emitted < 70
     streamed.append(tts_mil._stream_audio(codes, emitted, final=True, timings={"codec": 0.0})[0])
     np.testing.assert_array_equal(np.concatenate(streamed), one)
+
+    def causal(codes):  # frame t from frames t-3..t
+        c = np.pad(codes.astype(np.float64), ((3, 0), (0, 0)))
+        return np.repeat(np.sin(np.stack([c[t:t + 4].sum() for t in range(codes.shape[0])])), 2048).astype(np.float32)
+
+    monkeypatch.setattr(tts_mil, "codec_entries", [entry(8)])  # fish-tiny's codec bucket: 8 frames
+    monkeypatch.setattr(tts_mil, "_codec_call", causal)
+    np.testing.assert_array_equal(tts_mil.decode_audio(codes), causal(codes))
 
 
 def test_cli_writes_codes_when_the_build_has_no_codec(model_dir, tmp_path, capsys):

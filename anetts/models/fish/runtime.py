@@ -45,10 +45,12 @@ SAMPLES_PER_FRAME = 2048  # 46.44 ms of audio per frame
 FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 BACKENDS = ("mil", "torch", "coreml")
 CODEC_STAGE = "codec"
-# frames of codes a codec window reads on each side of the frames it emits, so that windowed and
-# streamed decodes equal the one-shot decode (a codec package may declare its own in its geometry)
+# frames of codes a codec window reads before the frames it emits (at most half the largest bucket),
+# and after them: the codec stage is causal, so none (a codec package may declare either in its
+# geometry: `context_frames`, `lookahead_frames`). Windowed and streamed audio equals the one-shot
+# decode where the codec's receptive field fits the context.
 CODEC_CONTEXT = 16
-CODEC_LOOKAHEAD = 4
+CODEC_LOOKAHEAD = 0
 MIN_ROOM = 16  # fewest frames a chunk's prompt must leave in the context
 BUDGET_PER_TOKEN, MIN_BUDGET = 12, 32  # upstream's frame budget: max(32, 12 x text tokens)
 BLOCK_FRAMES = 8  # frames per streamed block
@@ -545,8 +547,8 @@ class FishRuntime:
     # -------------------------------------------------------------- codec
 
     def _codec_margins(self, entry: PackageEntry) -> tuple[int, int]:
-        g = entry.geometry
-        return int(g.get("context_frames", CODEC_CONTEXT)), int(g.get("lookahead_frames", CODEC_LOOKAHEAD))
+        g, F = entry.geometry, entry.input("codes").shape[-1]
+        return int(g.get("context_frames", min(CODEC_CONTEXT, F // 2))), int(g.get("lookahead_frames", CODEC_LOOKAHEAD))
 
     def _codec_call(self, codes: np.ndarray) -> np.ndarray:
         """Audio of (frames, 10) codes in one call to the smallest bucket that holds them."""
