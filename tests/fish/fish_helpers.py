@@ -14,8 +14,9 @@ def fish_config(weights_dir=None, frames: int = 72) -> dict:
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg["model"] = MODEL
     cfg["families"]["fish"]["scenario_frames"] = frames
-    for st in cfg["families"]["fish"]["stages"].values():
-        st["buckets"] = [256]
+    for name, st in cfg["families"]["fish"]["stages"].items():
+        if name != "codec":  # frames, not context: fish-tiny's own [8] applies
+            st["buckets"] = [256]
     if weights_dir is not None:
         cfg["models"][MODEL]["weights"] = {"source": "local", "path": str(weights_dir)}
     return cfg
