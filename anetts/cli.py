@@ -35,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
                         "multifunction bundles (coreml and mil backends), otherwise per-bucket packages")
     s.add_argument("--compute-units", default=None, choices=("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"),
                    help="Core ML compute units for every stage (coreml backend; default: per stage from the manifest)")
+    s.add_argument("--reference-codes", type=Path, default=None, metavar="NPY",
+                   help="Fish: codes (10, frames) of the reference audio, as .npy (the voice to clone)")
+    s.add_argument("--reference-text", default=None, help="Fish: transcript of the reference audio")
+    s.add_argument("--temperature", type=float, default=0.7, help="Fish: sampling temperature; 0 = greedy (default 0.7)")
+    s.add_argument("--top-p", type=float, default=0.7, help="Fish: top-p (default 0.7)")
+    s.add_argument("--top-k", type=int, default=30, help="Fish: top-k (default 30)")
+    s.add_argument("--max-frames", type=int, default=None, help="Fish: most frames per text chunk (46.44 ms each)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("-v", "--verbose", action="store_true", help="log more")
     s.set_defaults(func=_speak)
@@ -106,8 +113,9 @@ def _speak(args) -> int:
     if (text is None) == (args.phonemes is None):
         print("anetts speak: error: give either TEXT or --phonemes (exactly one)", file=sys.stderr)
         return 2
-    if args.output.suffix.lower() != ".wav":
-        print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
+    if args.output.suffix.lower() not in (".wav", ".npy"):
+        print(f"anetts speak: error: output must be a .wav file (or .npy for Fish codes), got {args.output}",
+              file=sys.stderr)
         return 2
     try:
         model = args.model if args.model is not None else args.model_dir
@@ -115,6 +123,11 @@ def _speak(args) -> int:
             model = Path(model)
         tts = load(model, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
                    deployment_target=args.deployment_target)
+        if getattr(tts, "family", None) == "fish":
+            return _speak_fish(args, tts, text)
+        if args.output.suffix.lower() != ".wav":
+            print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
+            return 2
         chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
         parts, timings, bar = [], {}, None
         for chunk in chunks:
@@ -150,6 +163,69 @@ def _speak(args) -> int:
           f"(RTF {total / seconds:.3f}, backend {tts.backend.name}, {len(parts)} chunk(s))")
     if args.verbose:
         print(f"timings: {stages}")
+    return 0
+
+
+def _speak_fish(args, tts, text) -> int:
+    """Fish: text -> codes -> audio; a wav when the build has a codec stage, else the codes as .npy."""
+    import numpy as np
+    import soundfile as sf
+
+    from anetts.runtime import InputError, TTSError
+
+    if text is None:
+        print("anetts speak: error: Fish speaks text; --phonemes is Kokoro's", file=sys.stderr)
+        return 2
+    ref = None
+    if args.reference_codes is not None:
+        try:
+            ref = np.load(args.reference_codes, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            print(f"anetts speak: error: cannot read --reference-codes {args.reference_codes}: {e}", file=sys.stderr)
+            return 1
+    try:
+        blocks = tts.stream(text, reference_text=args.reference_text, reference_codes=ref,
+                            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                            max_frames=args.max_frames)
+        codes, audio, bar, stops, first, total = [], [], None, [], None, 0.0
+        for b in blocks:
+            if not args.no_progress and bar is None:
+                from tqdm import tqdm
+
+                bar = tqdm(unit="frame", desc="speak", file=sys.stderr)
+            first = b.elapsed if first is None else first
+            codes.append(b.codes)
+            if b.audio is not None:
+                audio.append(b.audio)
+            if bar is not None:
+                bar.update(len(b.codes))
+                bar.set_postfix_str(f"{b.frames_total * 2048 / tts.sample_rate:.2f} s audio, chunk {b.chunk + 1}")
+            if b.is_chunk_end:
+                stops.append(b.stop)
+            total = b.elapsed
+        if bar is not None:
+            bar.close()
+    except (TTSError, InputError) as e:
+        print(f"anetts speak: error: {e}", file=sys.stderr)
+        return 1
+    codes = np.concatenate(codes).reshape(-1, 10) if codes else np.zeros((0, 10), np.int64)
+    seconds = codes.shape[0] * 2048 / tts.sample_rate
+    how = (f"{codes.shape[0]} frames in {total:.2f} s ({len(stops)} chunk(s), stops {stops}, "
+           f"first block at {first or 0:.2f} s, backend {tts.backend.name})")
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        if tts.has_codec and args.output.suffix.lower() == ".wav":
+            sf.write(str(args.output), np.concatenate(audio), tts.sample_rate, subtype="FLOAT")
+            print(f"wrote {args.output}: {seconds:.2f} s of audio at {tts.sample_rate} Hz, {how}")
+        else:
+            out = args.output.with_suffix(".npy")
+            np.save(out, codes)
+            why = "this build has no codec stage, so no audio; " if not tts.has_codec else ""
+            print(f"wrote {out}: codes ({codes.shape[0]}, 10) int64 = {seconds:.2f} s of speech once decoded "
+                  f"({why}{how})")
+    except (OSError, RuntimeError) as e:
+        print(f"anetts speak: error: cannot write {args.output}: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -51,7 +51,8 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     reference executor). ``threads`` sets torch's intra-op threads (torch backend);
     ``compute_units`` overrides the manifest's per-stage Core ML compute units (a name for all
     stages, or {stage: name}). Packages are verified (sha256) and loaded on first use. The runtime
-    class is the one the manifest's family declares (Kokoro: KokoroRuntime). ``deployment_target``
+    class is the one the manifest's family declares (Kokoro: KokoroRuntime; Fish: FishRuntime, whose
+    default off macOS is ``mil``). ``deployment_target``
     (e.g. ``"macOS15"``): the oldest OS the caller supports; from macOS15/iOS18 on each stage runs
     from its multifunction bundle, otherwise (and by default) from per-bucket packages.
     """
@@ -61,7 +62,9 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
         model_dir = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir).model_dir
     artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target)
     cls = runtime_class(artifacts.family)  # before the backend loads any package
-    runner = make_backend(backend, artifacts, threads=threads, compute_units=compute_units)
+    # a runtime whose stages need more than StageRunner.run (functions, KV states) brings its own runner
+    make = getattr(cls, "make_backend", make_backend)
+    runner = make(backend, artifacts, threads=threads, compute_units=compute_units)
     return cls(artifacts, runner)
 
 

@@ -24,3 +24,14 @@ def fish_reference(fish_tiny):
     model, cfg = R.load_reference_model(fish_tiny)
     prompt = R.make_prompt(cfg, load_tokenizer(fish_tiny / TOKENIZER_NAME, cfg))
     return model, cfg, prompt, R.reference_decode(model, cfg, prompt)
+
+
+@pytest.fixture(scope="session")
+def fish_build(tmp_path_factory, fish_tiny) -> Path:
+    """One `snakemake all` of fish-tiny (bucket ctx256) shared by the workflow and runtime tests."""
+    from fish_helpers import fish_config
+    from workflow_helpers import make_workflow_copy, run_snakemake
+
+    workdir = make_workflow_copy(tmp_path_factory.mktemp("fishwf"), fish_config(fish_tiny))
+    run_snakemake(workdir, "all")
+    return workdir

@@ -8,36 +8,17 @@ import copy
 import json
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
 import yaml
 
 from anetts.workflow import ConfigError, WorkflowConfig
+from fish_helpers import fish_config
 from workflow_helpers import REPO, make_workflow_copy, run_snakemake
 
 MODEL = "fish-tiny"
-
-
-def fish_config(weights_dir=None, frames: int = 72) -> dict:
-    """The repo config with fish-tiny the model; fewer frames than the default keeps CI short
-    (still >= 64 decode steps per slow chunk and >= 64 frames for the fast AR)."""
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["model"] = MODEL
-    cfg["families"]["fish"]["scenario_frames"] = frames
-    for name, st in cfg["families"]["fish"]["stages"].items():
-        if name != "codec":  # frames, not context: fish-tiny's own [8] applies
-            st["buckets"] = [256]
-    if weights_dir is not None:
-        cfg["models"][MODEL]["weights"] = {"source": "local", "path": str(weights_dir)}
-    return cfg
-
-
-@pytest.fixture(scope="module")
-def fish_build(tmp_path_factory, fish_tiny):
-    workdir = make_workflow_copy(tmp_path_factory.mktemp("fishwf"), fish_config(fish_tiny))
-    run_snakemake(workdir, "all")
-    return workdir
 
 
 def test_config_expands_repeated_stages_per_model():
@@ -174,9 +155,14 @@ def test_size_lint_fails_an_oversized_package(fish_build, tmp_path):
     assert not out.exists() and not (tmp_path / "r.json").exists()
 
 
-def test_the_runtime_refuses_a_fish_build_clearly(fish_build):
+def test_the_runtime_loads_a_fish_build(fish_build):
+    """The family declares its runtime: anetts.load opens the build with the Fish runtime and its own runner."""
     import anetts
-    from anetts.runtime import TTSError
+    from anetts.models.fish.runtime import FishRuntime
+    from anetts.runtime import BackendUnavailable
 
-    with pytest.raises(TTSError, match="family 'fish' has no runtime yet"):
-        anetts.load(fish_build / "artifacts" / MODEL, backend="mil")
+    tts = anetts.load(fish_build / "artifacts" / MODEL, backend="mil")
+    assert isinstance(tts, FishRuntime) and tts.backend.name == "mil" and tts.context == 256
+    if sys.platform != "darwin":
+        with pytest.raises(BackendUnavailable, match="needs macOS"):
+            anetts.load(fish_build / "artifacts" / MODEL, backend="coreml")

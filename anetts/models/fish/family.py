@@ -30,7 +30,7 @@ DECLARATION = FamilyDecl(
                            description="modded DAC decoder: 10 codes per frame -> 2048 samples at 44.1 kHz"),
     },
     implementation="anetts.models.fish.impl",
-    runtime=None,  # the generation runtime (codec, sampling) is the next step
+    runtime="anetts.models.fish.runtime:FishRuntime",
     licence=LICENCE,
     upstream=("fish-speech", "transformers", "descript-audio-codec"),
     weights_code={
@@ -38,7 +38,7 @@ DECLARATION = FamilyDecl(
         "hf": _WEIGHTS_COMMON,
         "local": _WEIGHTS_COMMON,
     },
-    reference_code=(f"{_F}/reference.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
+    reference_code=(f"{_F}/reference.py", f"{_F}/prompt.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
     assets_code=(f"{_F}/assets.py",),
     chain_code=(f"{_F}/chain_check.py", f"{_F}/stages/chain.py"),
     audio=("codec", "audio", 44100),

@@ -110,33 +110,25 @@ def semantic_bias(cfg: FishConfig) -> torch.Tensor:
     return bias
 
 
-def make_prompt(cfg: FishConfig, tokenizer, text: str = "The quick brown fox jumps over the lazy dog.",
-                reference_text: str = "A short reference sentence.", reference_frames: int = 8,
-                seed: int = 1) -> np.ndarray:
-    """An S2-shaped (1 + num_codebooks, T) prompt: a system turn with a reference transcript and
-    `reference_frames` frames of all codebooks, a user turn with the text, an open voice turn.
-
-    The turn wording is ours (the runtime's prompt builder owns the exact upstream template);
-    what matters here is the mix the slow AR sees: text ids, semantic ids with 10 codebook rows.
-    """
+def reference_codes(cfg: FishConfig, frames: int = 8, seed: int = 1) -> np.ndarray:
+    """Stand-in reference codes (num_codebooks, frames): semantic codes over the whole codebook,
+    residual ones over the first quarter (the S2 codec's 1024 of 4096)."""
     g = np.random.default_rng(seed)
-    codes = np.zeros((cfg.num_codebooks, reference_frames), dtype=np.int64)
-    codes[0] = g.integers(0, cfg.codebook_size, reference_frames)
-    codes[1:] = g.integers(0, max(1, cfg.codebook_size // RESIDUAL_FRACTION), (cfg.num_codebooks - 1, reference_frames))
+    codes = np.zeros((cfg.num_codebooks, frames), dtype=np.int64)
+    codes[0] = g.integers(0, cfg.codebook_size, frames)
+    codes[1:] = g.integers(0, max(1, cfg.codebook_size // RESIDUAL_FRACTION), (cfg.num_codebooks - 1, frames))
+    return codes
 
-    def ids(s: str) -> list[int]:
-        return tokenizer.encode(s, add_special_tokens=False).ids
 
-    head = ids(f"<|im_start|>system\nSpeak like this speaker.\n<|speaker:0|>{reference_text}<|audio_start|>")
-    tail = ids(f"<|audio_end|><|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n<|voice|>")
-    T = len(head) + reference_frames + len(tail)
-    prompt = np.zeros((cfg.num_codebooks + 1, T), dtype=np.int64)
-    prompt[0, :len(head)] = head
-    span = slice(len(head), len(head) + reference_frames)
-    prompt[0, span] = cfg.semantic_begin_id + codes[0]
-    prompt[1:, span] = codes
-    prompt[0, span.stop:] = tail
-    return prompt
+def make_prompt(cfg: FishConfig, tokenizer, text: str = "The quick brown fox.",
+                reference_text: str = "A reference.", reference_frames: int = 8,
+                seed: int = 1) -> np.ndarray:
+    """An S2 (1 + num_codebooks, T) prompt built by the runtime's prompt builder
+    (`prompt.build_prompt`: system turn with the reference transcript and `reference_frames` frames
+    of stand-in codes, user turn with the text, open voice turn)."""
+    from anetts.models.fish.prompt import build_prompt
+
+    return build_prompt(cfg, tokenizer, text, reference_text, reference_codes(cfg, reference_frames, seed))
 
 
 def _reset_fast_cache(model) -> None:

@@ -1,0 +1,731 @@
+"""Fish S2 Pro text -> codes -> 44.1 kHz speech from the built stages.
+
+Per text chunk::
+
+    prompt rows (prompt.build_prompt) -> host input embedding (fp16 assets)
+      -> slow chunks `prefill` in blocks (KV states)                      ─┐
+      -> per frame: lm_head (restricted logits) -> semantic draw (RAS)     │ stop at <|im_end|>
+                    -> 10 x fast_ar `decode` (codebook draws)              │ or the frame budget
+                    -> [token, a0..a9] embedded -> slow chunks `decode`   ─┘
+      -> codes (frames, 10) -> codec stage (bucketed, windows) -> audio
+
+All network math runs in the built packages (mil: the MIL executor on the .mlpackages; torch: the
+fp32 TorchScript exports the packages were converted from; coreml: Core ML, macOS only); the host
+embeds inputs, samples and pads. The slow stages' KV context is the package's bucket: a prompt plus
+its frame budget that would not fit is never truncated: earlier chunks are dropped from the
+conversation, a text chunk is split, and a generation that reaches the end of the context goes on
+in a fresh one (the same turns, the voice turn holding the latest frames generated so far).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from anetts.artifacts import tree_sha256
+from anetts.models.fish import prompt as P
+from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS
+from anetts.models.fish.config import CONFIG_NAME, FishConfig
+from anetts.models.fish.sampling import SamplingParams, SemanticSampler, sample_logits
+from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
+from anetts.runtime.errors import ArtifactError, BackendUnavailable, InputError, IntegrityError, TTSError
+from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 44100
+SAMPLES_PER_FRAME = 2048  # 46.44 ms of audio per frame
+FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
+BACKENDS = ("mil", "torch", "coreml")
+CODEC_STAGE = "codec"
+# frames of codes a codec window reads before the frames it emits (at most half the largest bucket),
+# and after them: the codec stage is causal, so none (a codec package may declare either in its
+# geometry: `context_frames`, `lookahead_frames`). Windowed and streamed audio equals the one-shot
+# decode where the codec's receptive field fits the context.
+CODEC_CONTEXT = 16
+CODEC_LOOKAHEAD = 0
+MIN_ROOM = 16  # fewest frames a chunk's prompt must leave in the context
+BUDGET_PER_TOKEN, MIN_BUDGET = 12, 32  # upstream's frame budget: max(32, 12 x text tokens)
+BLOCK_FRAMES = 8  # frames per streamed block
+
+
+# ------------------------------------------------------------------------------------------------
+# executors: one per stage, each running a package's functions with their state
+# ------------------------------------------------------------------------------------------------
+
+class _Exec:
+    """One stage package: `run(function, inputs, state)`; `new_state()` zeroed KV (stateful stages)."""
+
+    def __init__(self, entry: PackageEntry, functions: dict):
+        self.entry, self.functions = entry, functions
+
+    def io(self, function: str) -> tuple[list[str], list[str]]:
+        f = self.functions.get(function)
+        if f is None:
+            return [t.name for t in self.entry.inputs], [t.name for t in self.entry.outputs]
+        return [t["name"] for t in f["inputs"]], [t["name"] for t in f["outputs"]]
+
+
+class _MilExec(_Exec):
+    def __init__(self, artifacts: ModelArtifacts, entry: PackageEntry, functions: dict):
+        super().__init__(entry, functions)
+        from anetts.mil import load_program
+
+        artifacts.verify(entry)
+        try:
+            self.program = load_program(str(entry.path))
+        except Exception as e:  # noqa: BLE001 - surface as an artifact problem naming the package
+            raise ArtifactError(f"MIL executor cannot load {entry.label} ({entry.path}): {e}") from e
+
+    def new_state(self):
+        return self.program.make_state(next(iter(self.functions)) if self.functions else None)
+
+    def run(self, function: str, inputs: Mapping[str, np.ndarray], state=None) -> dict[str, np.ndarray]:
+        return self.program.run(inputs, function_name=function, state=state)
+
+
+class _TorchExec(_Exec):
+    """The traced fp32 modules of `export/<stage>/<bucket>.functions/<function>.pt` (a stateless stage:
+    its one .pt); the functions of a package share one set of cache buffers (the state)."""
+
+    def __init__(self, artifacts: ModelArtifacts, entry: PackageEntry, functions: dict):
+        super().__init__(entry, functions)
+        import torch
+        import warnings
+
+        self.torch = torch
+        ts = entry.torchscript
+        if ts is None or not ts.exists():
+            raise ArtifactError(f"torch backend: the TorchScript export of {entry.label} is missing ({ts}); "
+                                "rebuild, or use --backend mil")
+        if entry.torchscript_sha256 and tree_sha256(ts) != entry.torchscript_sha256:
+            raise IntegrityError(f"TorchScript of {entry.label} ({ts}) does not match the manifest sha256; rebuild it")
+        files = {fn: ts / f"{fn}.pt" for fn in functions} if ts.is_dir() else {entry.function: ts}
+        self.modules = {}
+        for fn, path in files.items():
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self.modules[fn] = torch.jit.load(str(path), map_location="cpu").eval()
+            except Exception as e:  # noqa: BLE001 - torch raises many types for bad archives
+                raise ArtifactError(f"cannot load TorchScript of {entry.label} ({path}): {e}") from e
+        first = next(iter(self.modules.values()))
+        self.state_names = [n for n, _ in first.named_buffers() if re.fullmatch(r"[kv]_cache_\d+", n)]
+        self._bound = None
+
+    def new_state(self):
+        first = next(iter(self.modules.values()))
+        return {n: self.torch.zeros_like(getattr(first, n)) for n in self.state_names}
+
+    def run(self, function: str, inputs: Mapping[str, np.ndarray], state=None) -> dict[str, np.ndarray]:
+        torch = self.torch
+        if state is not None and self._bound is not state:
+            for m in self.modules.values():
+                for n, t in state.items():
+                    setattr(m, n, t)
+            self._bound = state
+        names, outs = self.io(function)
+        args = [torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in names]
+        with torch.inference_mode():
+            out = self.modules[function](*args)
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return {n: o.numpy() for n, o in zip(outs, out)}
+
+
+class _CoreMLExec(_Exec):
+    """Core ML (macOS 15+): one MLModel per function of the package, one state shared by them."""
+
+    def __init__(self, artifacts: ModelArtifacts, entry: PackageEntry, functions: dict, compute_units):
+        super().__init__(entry, functions)
+        import coremltools as ct
+
+        artifacts.verify(entry)
+        cu = compute_units.get(entry.stage) if isinstance(compute_units, Mapping) else compute_units
+        cu = cu or entry.compute_units or "ALL"
+        names = list(functions) or [entry.function]
+        try:
+            self.models = {fn: ct.models.MLModel(str(entry.path), compute_units=ct.ComputeUnit[cu],
+                                                 **({"function_name": fn} if fn != "main" else {}))
+                           for fn in names}
+        except Exception as e:  # noqa: BLE001 - Core ML reports compile errors as many types
+            raise ArtifactError(f"Core ML cannot load {entry.label} ({entry.path}) with {cu}: {e}") from e
+
+    def new_state(self):
+        return next(iter(self.models.values())).make_state()
+
+    def run(self, function: str, inputs: Mapping[str, np.ndarray], state=None) -> dict[str, np.ndarray]:
+        kw = {"state": state} if state is not None else {}
+        return {k: np.asarray(v) for k, v in self.models[function].predict(dict(inputs), **kw).items()}
+
+
+class FishStages:
+    """The runner of a Fish build: the stage executors of one backend, loaded (and verified) on first use."""
+
+    def __init__(self, name: str, artifacts: ModelArtifacts, threads: int | None = None, compute_units=None):
+        if name not in BACKENDS:
+            raise InputError(f"unknown backend {name!r}; choose one of {list(BACKENDS)}")
+        if name == "coreml":
+            if sys.platform != "darwin":
+                raise BackendUnavailable(f"the coreml backend needs macOS (Core ML runs only there); this platform "
+                                         f"is {sys.platform!r}. Use --backend mil or --backend torch instead")
+            try:
+                import coremltools  # noqa: F401
+            except ImportError as e:
+                raise BackendUnavailable(f"the coreml backend needs coremltools: {e}") from e
+        if name in ("torch", "mil") and threads is not None:  # the MIL executor runs on torch too
+            import torch
+
+            if threads < 1:
+                raise InputError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(int(threads))
+        self.name, self.artifacts, self.compute_units = name, artifacts, compute_units
+        self._functions = {(p["stage"], p["bucket"]): p.get("functions") or {} for p in artifacts.manifest["packages"]}
+        self._execs: dict[tuple[str, str], _Exec] = {}
+
+    def executor(self, stage: str, bucket: str) -> _Exec:
+        key = (stage, bucket)
+        ex = self._execs.get(key)
+        if ex is None:
+            entry, fns = self.artifacts.package(stage, bucket), self._functions.get(key, {})
+            if self.name == "mil":
+                ex = _MilExec(self.artifacts, entry, fns)
+            elif self.name == "torch":
+                ex = _TorchExec(self.artifacts, entry, fns)
+            else:
+                ex = _CoreMLExec(self.artifacts, entry, fns, self.compute_units)
+            self._execs[key] = ex
+        return ex
+
+    def prepare(self, stage: str, bucket: str) -> None:
+        self.executor(stage, bucket)
+
+    def run(self, stage: str, bucket: str, inputs: Mapping[str, np.ndarray], function: str | None = None,
+            state=None) -> dict[str, np.ndarray]:
+        ex = self.executor(stage, bucket)
+        return ex.run(function or ex.entry.function, inputs, state)
+
+
+# ------------------------------------------------------------------------------------------------
+# results
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class FishChunk:
+    """One streamed block: new frames of one text chunk (and their audio when the build has a codec)."""
+
+    chunk: int  # index of the text chunk
+    text: str
+    codes: np.ndarray  # (new frames, num_codebooks) int64
+    audio: np.ndarray | None  # float32 44.1 kHz for the frames final so far (None: no codec stage)
+    frames_total: int  # frames generated so far, all chunks
+    elapsed: float  # seconds since the call
+    is_chunk_end: bool = False
+    stop: str | None = None  # at a chunk's end: "im_end", "max_frames"
+    context_restarts: int = 0
+    is_last: bool = False
+    timings: dict | None = None  # at a chunk's end: seconds per part, summed over the call so far
+    sample_rate: int = SAMPLE_RATE
+
+
+@dataclass
+class FishResult:
+    codes: np.ndarray  # (frames, num_codebooks) int64, all chunks
+    chunk_codes: list[np.ndarray]
+    audio: np.ndarray | None  # None when the build has no codec stage
+    sample_rate: int
+    timings: dict[str, float]
+    chunks: list[str]
+    stops: list[str]
+    context_restarts: int = 0
+    semantic_tokens: np.ndarray | None = None
+
+    @property
+    def frames(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def seconds(self) -> float:
+        """Audio seconds (frames x 46.44 ms)."""
+        return self.frames * FRAME_SECONDS
+
+    @property
+    def rtf(self) -> float:
+        """wall / audio (lower is faster)."""
+        return self.timings["total"] / self.seconds if self.seconds else math.inf
+
+    @property
+    def rtfx(self) -> float:
+        """audio / wall."""
+        return self.seconds / self.timings["total"] if self.timings.get("total") else math.inf
+
+
+@dataclass
+class _Plan:
+    text: str
+    budget: int
+
+
+@dataclass
+class _Gen:
+    """Per-utterance decode state kept across chunks (RAS history, timings)."""
+
+    sampler: SemanticSampler
+    rng: np.random.Generator
+    params: SamplingParams
+    timings: dict = field(default_factory=lambda: defaultdict(float))
+
+
+# ------------------------------------------------------------------------------------------------
+# the runtime
+# ------------------------------------------------------------------------------------------------
+
+class FishRuntime:
+    """Text -> codes (frames, 10) -> 44.1 kHz audio (when the build has a codec stage) from a Fish build."""
+
+    sample_rate = SAMPLE_RATE
+    family = "fish"
+
+    @classmethod
+    def make_backend(cls, name: str | None, artifacts: ModelArtifacts, *, threads: int | None = None,
+                     compute_units=None) -> FishStages:
+        if name in (None, "auto"):
+            name = "coreml" if sys.platform == "darwin" else "mil"
+        return FishStages(name, artifacts, threads=threads, compute_units=compute_units)
+
+    def __init__(self, artifacts: ModelArtifacts, backend: FishStages):
+        if not isinstance(backend, FishStages):
+            raise TTSError(f"FishRuntime needs its own runner (FishRuntime.make_backend), got {type(backend).__name__}")
+        self.artifacts, self.backend = artifacts, backend
+        try:
+            self.cfg = FishConfig.from_json(artifacts.asset(CONFIG_NAME))
+            self.tokenizer = load_tokenizer(artifacts.asset(TOKENIZER_NAME), self.cfg)
+        except (TokenizerError, ValueError, OSError) as e:
+            raise ArtifactError(f"{artifacts.model_dir}: cannot read the Fish config/tokenizer assets: {e}") from e
+        self.text_table = np.load(artifacts.asset(EMBEDDINGS), mmap_mode="r")
+        self.codebook_table = np.load(artifacts.asset(CODEBOOK_EMBEDDINGS), mmap_mode="r")
+        self.chunk_stages = sorted((s for s, _ in artifacts.packages if re.fullmatch(r"slow_chunk\d+", s)),
+                                   key=lambda s: int(s[len("slow_chunk"):]))
+        if not self.chunk_stages or self.chunk_stages != [f"slow_chunk{i}" for i in range(len(self.chunk_stages))]:
+            raise ArtifactError(f"{artifacts.model_dir}: slow_chunk packages must be slow_chunk0..N-1, got {self.chunk_stages}")
+        for s in ("lm_head", "fast_ar"):
+            if not self._buckets(s):
+                raise ArtifactError(f"{artifacts.model_dir}: the manifest has no {s} package")
+        # one context bucket per build (the largest the slow chunks share)
+        buckets = [set(self._buckets(s)) for s in self.chunk_stages]
+        common = sorted(set.intersection(*buckets), key=lambda b: artifacts.package(self.chunk_stages[0], b).geometry["context"])
+        if not common:
+            raise ArtifactError(f"{artifacts.model_dir}: the slow chunks share no context bucket ({buckets})")
+        self.bucket = common[-1]
+        g = artifacts.package(self.chunk_stages[0], self.bucket).geometry
+        self.context, self.prefill_tokens = int(g["context"]), int(g["prefill"])
+        self.head_bucket = self._buckets("lm_head")[-1]
+        self.fast_bucket = self._buckets("fast_ar")[-1]
+        from anetts.models.fish.stages.lm_head import restricted_ids
+
+        self.row_ids = restricted_ids(self.cfg)
+        rows = artifacts.package("lm_head", self.head_bucket).outputs[0].shape[-1]
+        if rows != len(self.row_ids):
+            raise ArtifactError(f"lm_head has {rows} logits, the config's restricted head {len(self.row_ids)}")
+        self.codec_entries = sorted((artifacts.package(s, b) for s, b in artifacts.packages if s == CODEC_STAGE),
+                                    key=lambda e: e.input("codes").shape[-1])
+
+    def _buckets(self, stage: str) -> list[str]:
+        """A scenario stage's buckets (ctx<N>), smallest first."""
+        bs = [b for s, b in self.artifacts.packages if s == stage]
+        return sorted(bs, key=lambda b: (int(re.sub(r"\D", "", b) or 0), b))
+
+    # -------------------------------------------------------------- info
+
+    @property
+    def has_codec(self) -> bool:
+        return bool(self.codec_entries)
+
+    def warmup(self) -> None:
+        """Verify and load every package now instead of on first use."""
+        for stage, bucket in self.artifacts.packages:
+            self.backend.prepare(stage, bucket)
+
+    # -------------------------------------------------------------- prompt and plan
+
+    def check_reference(self, reference_text, reference_codes) -> tuple[str | None, np.ndarray | None]:
+        if reference_codes is None:
+            if reference_text:
+                raise InputError("reference_text needs reference_codes (the codes of the reference audio)")
+            return None, None
+        try:
+            codes = P.check_codes(self.cfg, reference_codes)
+            text = P.check_text(self.cfg, self.tokenizer, reference_text or " x", "reference_text") \
+                if reference_text else ""
+        except P.PromptError as e:
+            raise InputError(str(e)) from None
+        return text, codes
+
+    def prompt(self, text: str, reference_text: str | None = None, reference_codes=None,
+               history: Sequence[tuple[str, np.ndarray]] = (), spoken=None) -> np.ndarray:
+        """The slow AR's (11, T) prompt rows for one text chunk (`prompt.build_prompt`)."""
+        return P.build_prompt(self.cfg, self.tokenizer, text, reference_text, reference_codes, history, spoken)
+
+    def _room(self, T: int) -> int:
+        """Frames a T-token prompt leaves in the context (0 if its padded prefill does not fit)."""
+        if -(-T // self.prefill_tokens) * self.prefill_tokens > self.context:
+            return 0
+        return self.context - T + 1
+
+    def plan(self, text: str, reference_text: str | None = None, reference_codes=None, *,
+             chunk_length: int = P.CHUNK_BYTES, max_frames: int | None = None) -> list[_Plan]:
+        """The text chunks (each with its frame budget) `text` is generated in."""
+        try:
+            text = P.check_text(self.cfg, self.tokenizer, text)
+            pieces = P.chunk_text(text, chunk_length)
+        except P.PromptError as e:
+            raise InputError(str(e)) from None
+        ref_text, ref_codes = self.check_reference(reference_text, reference_codes)
+        out, pending = [], list(pieces)
+        while pending:
+            piece = pending.pop(0)
+            T = self.prompt(piece, ref_text, ref_codes).shape[1]
+            if self._room(T) < MIN_ROOM:
+                halves = P.halve(piece)
+                if halves is None:
+                    raise InputError(f"the prompt for {piece[:40]!r} is {T} tokens: with the reference it leaves "
+                                     f"{self._room(T)} of the context's {self.context} rows for speech (need >= {MIN_ROOM}) "
+                                     "and the text cannot be split further; use a shorter reference or text")
+                pending[:0] = list(halves)
+                continue
+            n_tok = len(self.tokenizer.encode(piece, add_special_tokens=False).ids)
+            budget = max(MIN_BUDGET, BUDGET_PER_TOKEN * n_tok)
+            if max_frames is not None:
+                budget = min(budget, int(max_frames))
+            out.append(_Plan(piece, budget))
+        return out
+
+    # -------------------------------------------------------------- decode
+
+    def embed(self, rows: np.ndarray) -> np.ndarray:
+        """The slow AR's input embedding of (11, T) rows -> (T, dim) float32 (host, fp16 tables)."""
+        cfg = self.cfg
+        rows = np.asarray(rows, np.int64)
+        x = self.text_table[rows[0]].astype(np.float32)
+        offsets = (np.arange(cfg.num_codebooks) * cfg.codebook_size)[:, None]
+        vq = self.codebook_table[(rows[1:] + offsets).reshape(-1)].astype(np.float32)
+        vq = vq.reshape(cfg.num_codebooks, rows.shape[1], -1).sum(axis=0)
+        semantic = (rows[0] >= cfg.semantic_begin_id) & (rows[0] <= cfg.semantic_end_id)
+        x[semantic] = (x[semantic] + vq[semantic]) / np.float32(cfg.semantic_scale)
+        return x
+
+    def _slow(self, x: np.ndarray, pos: int, function: str, states: list) -> np.ndarray:
+        for stage, st in zip(self.chunk_stages, states):
+            x = self.backend.run(stage, self.bucket, {"hidden": x, "pos": np.array([pos], np.int32)},
+                                 function, st)["hidden_out"]
+        return x
+
+    def _prefill(self, rows: np.ndarray, timings) -> tuple[np.ndarray, list]:
+        t0 = time.perf_counter()
+        states = [self.backend.executor(s, self.bucket).new_state() for s in self.chunk_stages]
+        x = self.embed(rows)
+        T, Pn = x.shape[0], self.prefill_tokens
+        h = None
+        for p in range(0, T, Pn):
+            k = min(Pn, T - p)
+            block = np.zeros((1, Pn, x.shape[1]), np.float32)
+            block[0, :k] = x[p:p + k]
+            h = self._slow(block, p, "prefill", states)[0, k - 1]
+        timings["prefill"] += time.perf_counter() - t0
+        return h, states
+
+    def _frame(self, h: np.ndarray, gen: _Gen, fast_state) -> tuple[int, list[int]]:
+        """One frame from the final-normed slow state: (semantic token id, codes a0..a9)."""
+        cfg, t = self.cfg, gen.timings
+        t0 = time.perf_counter()
+        hid = h.reshape(1, 1, -1).astype(np.float32)
+        logits = self.backend.run("lm_head", self.head_bucket, {"hidden": hid})["logits"].reshape(-1)
+        t1 = time.perf_counter()
+        token = gen.sampler(logits)
+        t2 = time.perf_counter()
+        t["head"] += t1 - t0
+        t["sample"] += t2 - t1
+        if token == cfg.im_end_id:
+            return token, []
+        codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
+        p = gen.params
+        for c in range(cfg.num_codebooks):
+            t0 = time.perf_counter()
+            fl = self.backend.run("fast_ar", self.fast_bucket, {"hidden": hid,
+                                                                "code": np.array([0 if c == 0 else codes[-1]], np.int32),
+                                                                "pos": np.array([c], np.int32)},
+                                  "decode", fast_state)["logits"].reshape(-1)
+            t1 = time.perf_counter()
+            t["fast"] += t1 - t0
+            if c > 0:  # pass 0 (the slow state) only fills the KV; its logits are discarded
+                codes.append(sample_logits(fl, p.temperature, p.top_p, p.top_k, gen.rng))
+            t["sample"] += time.perf_counter() - t1
+        return token, codes
+
+    def generate_rows(self, rows: np.ndarray, budget: int, gen: _Gen, *, stop_at_end: bool = True,
+                      restart: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[tuple[int, list[int]]]:
+        """Frames (token, codes) from prompt `rows`: at most `budget`, until <|im_end|> (when
+        `stop_at_end`). When the next slow step would pass the context, `restart(codes so far)` gives
+        the rows of a fresh context to go on from (without it the generation stops there, logged)."""
+        if rows.shape[1] < 1:
+            raise InputError("empty prompt")
+        if self._room(rows.shape[1]) < 1:
+            raise InputError(f"a prompt of {rows.shape[1]} tokens does not fit the context of {self.context}")
+        h, states = self._prefill(rows, gen.timings)
+        pos = rows.shape[1]
+        fast_state = self.backend.executor("fast_ar", self.fast_bucket).new_state()
+        done: list[list[int]] = []
+        for f in range(budget):
+            token, codes = self._frame(h, gen, fast_state)
+            if token == self.cfg.im_end_id and stop_at_end:
+                return
+            yield token, codes
+            if not codes:  # <|im_end|> kept (stop_at_end False): fed back with codebook rows 0
+                codes_in = [0] * self.cfg.num_codebooks
+            else:
+                codes_in = codes
+                done.append(codes)
+            if f + 1 == budget:
+                return
+            if pos >= self.context:  # the next slow step has no KV row left
+                if restart is None:
+                    log.warning("context of %d rows full after %d frames; stopping", self.context, f + 1)
+                    return
+                rows = restart(np.asarray(done, np.int64).T)
+                if rows is None:
+                    return
+                h, states = self._prefill(rows, gen.timings)
+                pos = rows.shape[1]
+                continue
+            t0 = time.perf_counter()
+            x = self.embed(np.array([token, *codes_in]).reshape(-1, 1))
+            h = self._slow(x[None], pos, "decode", states)[0, 0]
+            gen.timings["slow"] += time.perf_counter() - t0
+            pos += 1
+
+    def iter_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
+                   top_k: int = 30, seed: int = 0, stop_at_end: bool = True,
+                   timings: dict | None = None) -> Iterator[tuple[int, list[int]]]:
+        """Frames (semantic token, codes) of up to `n_frames` straight from prompt rows (no chunking,
+        no restarts): the decode loop alone, e.g. to compare with upstream's greedy reference decode."""
+        try:
+            params = SamplingParams(temperature, top_p, top_k)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        rng = np.random.default_rng(seed)
+        gen = _Gen(SemanticSampler(params, self.row_ids, (self.cfg.semantic_begin_id, self.cfg.semantic_end_id), rng),
+                   rng, params)
+        if timings is not None:
+            gen.timings = timings
+        rows = np.asarray(rows, np.int64)
+        if rows.ndim != 2 or rows.shape[0] != self.cfg.num_codebooks + 1:
+            raise InputError(f"prompt rows must be ({self.cfg.num_codebooks + 1}, T), got {rows.shape}")
+        if rows.shape[1] + n_frames - 1 > self.context:
+            raise InputError(f"a {rows.shape[1]}-token prompt + {n_frames} frames needs {rows.shape[1] + n_frames - 1} "
+                             f"KV rows, more than the context of {self.context}")
+        return self.generate_rows(rows, n_frames, gen, stop_at_end=stop_at_end)
+
+    def generate_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
+                       top_k: int = 30, seed: int = 0, stop_at_end: bool = True) -> dict:
+        """`iter_codes` collected: semantic_tokens (F,), codes (F, 10) (an <|im_end|> frame kept when
+        not `stop_at_end` has codes 0), timings."""
+        timings: dict = defaultdict(float)
+        t0 = time.perf_counter()
+        frames = list(self.iter_codes(rows, n_frames, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                      stop_at_end=stop_at_end, timings=timings))
+        timings["total"] = time.perf_counter() - t0
+        tokens = np.array([t for t, _ in frames], np.int64)
+        codes = np.array([c if c else [0] * self.cfg.num_codebooks for _, c in frames], np.int64).reshape(-1, self.cfg.num_codebooks)
+        return {"semantic_tokens": tokens, "codes": codes, "timings": dict(timings)}
+
+    # -------------------------------------------------------------- codec
+
+    def _codec_margins(self, entry: PackageEntry) -> tuple[int, int]:
+        g, F = entry.geometry, entry.input("codes").shape[-1]
+        return int(g.get("context_frames", min(CODEC_CONTEXT, F // 2))), int(g.get("lookahead_frames", CODEC_LOOKAHEAD))
+
+    def _codec_call(self, codes: np.ndarray) -> np.ndarray:
+        """Audio of (frames, 10) codes in one call to the smallest bucket that holds them."""
+        n = codes.shape[0]
+        entry = next((e for e in self.codec_entries if e.input("codes").shape[-1] >= n), None)
+        if entry is None:
+            raise TTSError(f"{n} frames exceed the largest codec bucket ({self.codec_entries[-1].input('codes').shape[-1]})")
+        F = entry.input("codes").shape[-1]
+        x = np.zeros((1, self.cfg.num_codebooks, F), np.int32)
+        x[0, :, :n] = codes.T
+        inputs = {"codes": x}
+        if any(t.name == "frames_valid" for t in entry.inputs):
+            inputs["frames_valid"] = np.array([n], np.int32)
+        out = self.backend.run(CODEC_STAGE, entry.bucket, inputs)["audio"].reshape(-1)
+        audio = np.ascontiguousarray(out[:n * SAMPLES_PER_FRAME], dtype=np.float32)
+        if not np.isfinite(audio).all():
+            raise TTSError(f"{self.backend.name} backend produced non-finite audio ({entry.label})")
+        return audio
+
+    def decode_span(self, codes: np.ndarray, start: int, stop: int, final: bool) -> np.ndarray:
+        """Audio of frames [start, stop) of `codes`, decoded with up to `context` frames before and
+        `lookahead` after (all the rest when `final`), in windows that fit the largest bucket."""
+        codes = np.asarray(codes)
+        biggest = self.codec_entries[-1]
+        left, right = self._codec_margins(biggest)
+        F = biggest.input("codes").shape[-1]
+        step = F - left - right
+        if step < 1:
+            raise ArtifactError(f"the largest codec bucket ({F} frames) is not larger than its context + lookahead")
+        parts = []
+        a = start
+        while a < stop:
+            b = min(stop, a + step)
+            lo, hi = max(0, a - left), min(codes.shape[0], b + right)
+            if start == 0 and final and codes.shape[0] <= F and stop == codes.shape[0]:
+                lo, hi, b = 0, codes.shape[0], stop  # everything fits one call
+            audio = self._codec_call(codes[lo:hi])
+            parts.append(audio[(a - lo) * SAMPLES_PER_FRAME:(b - lo) * SAMPLES_PER_FRAME])
+            a = b
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def decode_audio(self, codes: np.ndarray) -> np.ndarray | None:
+        """One-shot audio of (frames, 10) codes; None when the build has no codec stage."""
+        if not self.has_codec:
+            return None
+        codes = np.asarray(codes)
+        if codes.shape[0] == 0:
+            return np.zeros(0, np.float32)
+        return self.decode_span(codes, 0, codes.shape[0], final=True)
+
+    # -------------------------------------------------------------- synthesis
+
+    def stream(self, text: str, *, reference_text: str | None = None, reference_codes=None,
+               temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, seed: int = 0,
+               max_frames: int | None = None, chunk_length: int = P.CHUNK_BYTES,
+               block_frames: int = BLOCK_FRAMES) -> Iterator[FishChunk]:
+        """Yield blocks of frames as they are generated (with the audio final so far, when the build
+        has a codec). Input is validated before this returns."""
+        t0 = time.perf_counter()
+        try:
+            params = SamplingParams(temperature, top_p, top_k)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        if max_frames is not None and (isinstance(max_frames, bool) or int(max_frames) < 1):
+            raise InputError(f"max_frames must be >= 1, got {max_frames!r}")
+        if block_frames < 1:
+            raise InputError(f"block_frames must be >= 1, got {block_frames}")
+        plans = self.plan(text, reference_text, reference_codes, chunk_length=chunk_length, max_frames=max_frames)
+        ref_text, ref_codes = self.check_reference(reference_text, reference_codes)
+        return self._stream(plans, ref_text, ref_codes, params, seed, block_frames, t0)
+
+    def _history(self, piece: str, history: list, ref_text, ref_codes, budget: int) -> list:
+        """The latest earlier chunks that fit with `piece` and its budget (oldest dropped first)."""
+        kept = list(history)
+        while kept and self._room(self.prompt(piece, ref_text, ref_codes, kept).shape[1]) < budget:
+            kept.pop(0)
+        return kept
+
+    def _stream(self, plans, ref_text, ref_codes, params, seed, block_frames, t0) -> Iterator[FishChunk]:
+        rng = np.random.default_rng(seed)
+        gen = _Gen(SemanticSampler(params, self.row_ids, (self.cfg.semantic_begin_id, self.cfg.semantic_end_id), rng),
+                   rng, params)
+        history: list[tuple[str, np.ndarray]] = []
+        total = 0
+        for ci, plan in enumerate(plans):
+            kept = self._history(plan.text, history, ref_text, ref_codes, plan.budget)
+            rows = self.prompt(plan.text, ref_text, ref_codes, kept)
+            restarts = [0]
+
+            def restart(done: np.ndarray, plan=plan) -> np.ndarray:
+                # a fresh context: the same system and user turns, the voice turn holding the latest frames
+                base = self.prompt(plan.text, ref_text, ref_codes).shape[1]
+                keep = min(done.shape[1], (self.context - base) // 2)
+                while keep >= 1 and self._room(base + keep) < 2:
+                    keep -= 1
+                if keep < 1:
+                    log.warning("chunk %d: context of %d rows full and no room to go on in a fresh one; stopping",
+                                ci, self.context)
+                    restarts.append("context_full")
+                    return None
+                restarts[0] += 1
+                log.info("chunk %d: context of %d rows full; going on in a fresh context with the last %d frames",
+                         ci, self.context, keep)
+                return self.prompt(plan.text, ref_text, ref_codes, (), done[:, -keep:])
+
+            codes: list[list[int]] = []
+            emitted = pending = 0
+            stop = "max_frames"
+            frames = self.generate_rows(rows, plan.budget, gen, restart=restart)
+            while True:
+                try:
+                    token, c = next(frames)
+                    codes.append(c)
+                    pending += 1
+                    total += 1
+                except StopIteration:
+                    if "context_full" in restarts:
+                        stop = "context_full"
+                    elif len(codes) < plan.budget:
+                        stop = "im_end"
+                    break
+                if pending >= block_frames:
+                    block = np.asarray(codes, np.int64)
+                    audio, upto = self._stream_audio(block, emitted, final=False, timings=gen.timings)
+                    if upto > emitted or not self.has_codec:
+                        yield FishChunk(ci, plan.text, block[len(block) - pending:], audio, total,
+                                        time.perf_counter() - t0)
+                        pending = 0
+                        emitted = upto
+            if stop == "max_frames":
+                log.warning("chunk %d (%r) reached its budget of %d frames without <|im_end|>", ci, plan.text[:40],
+                            plan.budget)
+            block = np.asarray(codes, np.int64).reshape(-1, self.cfg.num_codebooks)
+            audio, _ = self._stream_audio(block, emitted, final=True, timings=gen.timings)
+            yield FishChunk(ci, plan.text, block[len(block) - pending:], audio, total, time.perf_counter() - t0,
+                            is_chunk_end=True, stop=stop, context_restarts=restarts[0], is_last=ci == len(plans) - 1,
+                            timings=dict(gen.timings))
+            if len(block):
+                history.append((plan.text, block.T))
+
+    def _stream_audio(self, codes: np.ndarray, emitted: int, final: bool, timings) -> tuple[np.ndarray | None, int]:
+        """Audio of frames [emitted, upto): all frames when final, else those `lookahead` frames old."""
+        if not self.has_codec:
+            return None, len(codes)
+        _, right = self._codec_margins(self.codec_entries[-1])
+        upto = len(codes) if final else max(emitted, len(codes) - right)
+        if upto <= emitted:
+            return np.zeros(0, np.float32), emitted
+        t0 = time.perf_counter()
+        audio = self.decode_span(codes, emitted, upto, final)
+        timings["codec"] += time.perf_counter() - t0
+        return audio, upto
+
+    def synthesize(self, text: str, *, reference_text: str | None = None, reference_codes=None,
+                   temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, seed: int = 0,
+                   max_frames: int | None = None, chunk_length: int = P.CHUNK_BYTES) -> FishResult:
+        """Text -> codes (and one-shot codec audio per text chunk, when the build has a codec)."""
+        t0 = time.perf_counter()
+        blocks = list(self.stream(text, reference_text=reference_text, reference_codes=reference_codes,
+                                  temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                  max_frames=max_frames, chunk_length=chunk_length, block_frames=1 << 30))
+        per_chunk: dict[int, list[np.ndarray]] = defaultdict(list)
+        texts, stops, restarts, timings = {}, {}, 0, {}
+        audio_parts = []
+        for b in blocks:
+            per_chunk[b.chunk].append(b.codes)
+            texts[b.chunk] = b.text
+            if b.audio is not None:
+                audio_parts.append(b.audio)
+            if b.is_chunk_end:
+                stops[b.chunk] = b.stop
+                restarts += b.context_restarts
+                timings = dict(b.timings or {})
+        nc = self.cfg.num_codebooks
+        chunk_codes = [np.concatenate(per_chunk[i]).reshape(-1, nc) for i in sorted(per_chunk)]
+        codes = np.concatenate(chunk_codes).reshape(-1, nc) if chunk_codes else np.zeros((0, nc), np.int64)
+        audio = np.concatenate(audio_parts) if self.has_codec else None
+        timings["total"] = time.perf_counter() - t0
+        return FishResult(codes, chunk_codes, audio, SAMPLE_RATE, timings, [texts[i] for i in sorted(texts)],
+                          [stops[i] for i in sorted(stops)], restarts)

@@ -1,0 +1,283 @@
+"""The Fish runtime on a fish-tiny build: greedy codes equal upstream's greedy generation on the same
+prompt, seeded sampling is reproducible, the sampler is fish.md's definition, bad input is named,
+long input is chunked, a full context goes on in a fresh one, and the codec windows join exactly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anetts.models.fish import prompt as P
+from anetts.models.fish.sampling import SamplingParams, SemanticSampler, filtered_probs, sample_logits
+
+MODEL = "fish-tiny"
+FRAMES = 40  # >= 32 frames of closed-loop greedy equality
+
+
+@pytest.fixture(scope="module")
+def model_dir(fish_build):
+    return fish_build / "artifacts" / MODEL
+
+
+@pytest.fixture(scope="module")
+def tts_torch(model_dir):
+    import anetts
+
+    return anetts.load(model_dir, backend="torch", threads=1)
+
+
+@pytest.fixture(scope="module")
+def tts_mil(model_dir):
+    import anetts
+
+    return anetts.load(model_dir, backend="mil", threads=1)
+
+
+@pytest.fixture(scope="module")
+def greedy_case(fish_reference, tts_torch):
+    """Upstream's greedy decode of a runtime-built prompt (system turn with reference codes, user text)."""
+    from anetts.models.fish import reference as R
+
+    model, cfg, _, _ = fish_reference
+    rows = tts_torch.prompt("Hello there.", "A reference.", R.reference_codes(cfg, 8, seed=3))
+    return rows, R.reference_decode(model, cfg, rows, FRAMES)
+
+
+def _equal_frames(got: dict, ref: dict) -> np.ndarray:
+    n = len(got["codes"])
+    return (got["codes"] == ref["codes"][:n]).all(axis=1) & (got["semantic_tokens"] == ref["semantic_tokens"][:n])
+
+
+def test_torch_backend_greedy_codes_equal_upstream(tts_torch, greedy_case):
+    """The fp32 TorchScript exports in the runtime's loop: every code of 40 frames is upstream's."""
+    rows, ref = greedy_case
+    got = tts_torch.generate_codes(rows, FRAMES, temperature=0, stop_at_end=False)
+    assert got["codes"].shape == (FRAMES, 10)
+    eq = _equal_frames(got, ref)
+    assert eq.all(), f"first divergent frame {int(np.argmin(eq))}"
+
+
+def test_mil_backend_greedy_codes_follow_upstream_until_a_near_tie(tts_mil, greedy_case):
+    """The fp16 packages: upstream's codes until one near-tie flips (fp16 vs fp32; measured: frame 16 of
+    this prompt, codebook 1, upstream's top-2 fast logits 0.002 apart). The first difference must be
+    such a tie: the code it picked is within 0.05 of upstream's best logit."""
+    rows, ref = greedy_case
+    got = tts_mil.generate_codes(rows, FRAMES, temperature=0, stop_at_end=False)
+    eq = _equal_frames(got, ref)
+    if eq.all():
+        return
+    f = int(np.argmin(eq))
+    assert f >= 8, f"MIL decode diverged at frame {f}"
+    if got["semantic_tokens"][f] != ref["semantic_tokens"][f]:
+        logits = ref["slow_logits"][f]
+        margin = logits[ref["semantic_tokens"][f]] - logits[got["semantic_tokens"][f]]
+    else:
+        c = int(np.argmax(got["codes"][f] != ref["codes"][f]))
+        logits = ref["fast_logits"][f][c]
+        margin = logits[ref["codes"][f][c]] - logits[got["codes"][f][c]]
+    assert 0 <= margin < 0.05, f"frame {f}: not a near-tie (upstream margin {margin:.4f})"
+
+
+def test_seeded_sampling_is_reproducible(tts_torch, greedy_case):
+    rows, _ = greedy_case
+    a = tts_torch.generate_codes(rows, 12, temperature=0.8, top_p=0.9, top_k=30, seed=7, stop_at_end=False)
+    b = tts_torch.generate_codes(rows, 12, temperature=0.8, top_p=0.9, top_k=30, seed=7, stop_at_end=False)
+    c = tts_torch.generate_codes(rows, 12, temperature=0.8, top_p=0.9, top_k=30, seed=8, stop_at_end=False)
+    assert np.array_equal(a["codes"], b["codes"]) and np.array_equal(a["semantic_tokens"], b["semantic_tokens"])
+    assert not np.array_equal(a["codes"], c["codes"])
+
+
+# ------------------------------------------------------------------------- the sampler
+
+
+def _direct_probs(logits, temperature, top_p, top_k):
+    """fish.md §2 written out plainly: rank the logits, keep the best, then each next one while the
+    temperature-1 softmax mass before it is within top_p and its rank is below top_k; softmax / T."""
+    z = [float(v) for v in logits]
+    n = len(z)
+    k = n if top_k <= 0 or top_k > n else top_k
+    order = sorted(range(n), key=lambda i: (-z[i], i))
+    m = max(z)
+    e = [np.exp(v - m) for v in z]
+    total = sum(e)
+    keep, cum = set(), 0.0
+    for rank, i in enumerate(order):
+        cum += e[i] / total
+        if rank == 0 or (cum <= top_p and rank < k):
+            keep.add(i)
+    w = [z[i] / temperature if i in keep else -np.inf for i in range(n)]
+    mw = max(w)
+    p = np.array([np.exp(v - mw) for v in w])
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 0.7, 30), (1.0, 0.9, 30), (0.5, 1.0, 0), (1.3, 0.3, 5)])
+def test_sampler_matches_the_definition(temperature, top_p, top_k):
+    g = np.random.default_rng(0)
+    logits = g.normal(0, 2, 200)
+    logits[17] = -np.inf  # a biased-out row is never drawn
+    want = _direct_probs(logits, temperature, top_p, top_k)
+    np.testing.assert_allclose(filtered_probs(logits, temperature, top_p, top_k), want, rtol=1e-12, atol=1e-15)
+    # the exponential race with the same uniforms: argmax(p / -log u)
+    u = np.random.default_rng(5).uniform(1e-6, 1.0, size=logits.size)
+    got = sample_logits(logits, temperature, top_p, top_k, np.random.default_rng(5))
+    assert got == int(np.argmax(want / -np.log(u)))
+    # and it draws from p: frequencies over many draws
+    rng = np.random.default_rng(1)
+    draws = np.bincount([sample_logits(logits, temperature, top_p, top_k, rng) for _ in range(4000)], minlength=200)
+    assert draws[17] == 0 and np.abs(draws / 4000 - want).max() < 0.03
+    assert sample_logits(logits, 0.0, top_p, top_k, None) == int(np.argmax(logits))
+
+
+def test_ras_redraws_a_repeat_at_high_temperature():
+    """A semantic token among the last 10 is replaced by the parallel draw at T 1.0 / top-p 0.9."""
+    ids = np.arange(100, 110)
+    logits = np.zeros(10)
+    logits[3] = 50.0  # at top-p 0.3 the normal draw is always row 3 (token 103) ...
+    logits[4] = logits[5] = 49.5  # ... top-p 0.9 keeps rows 3 and 4 (masses .45, .27, .27)
+    params = SamplingParams(temperature=0.7, top_p=0.3, top_k=30, ras_window=10)
+    s = SemanticSampler(params, ids, (100, 108), np.random.default_rng(0))
+    tokens = [s(logits) for _ in range(60)]
+    assert tokens[0] == 103 and s.ras_used > 0 and 104 in tokens
+    # replay: the window holds what was emitted, the redraw used a parallel (not a second) draw
+    rng = np.random.default_rng(0)
+    recent = []
+    for t in tokens:
+        normal = 100 + sample_logits(logits, 0.7, 0.3, 30, rng)
+        high = 100 + sample_logits(logits, 1.0, 0.9, 30, rng)
+        assert t == (high if normal in recent[-10:] else normal)
+        recent.append(t)
+    greedy = SemanticSampler(SamplingParams(temperature=0), ids, (100, 108), np.random.default_rng(0))
+    assert [greedy(logits) for _ in range(5)] == [103] * 5  # greedy: no RAS
+
+
+# ------------------------------------------------------------------------- input, chunks, context
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"text": "   "}, "empty"),
+    ({"text": "hi <|im_end|> there"}, "control token <|im_end|>"),
+    ({"text": "hi", "reference_codes": np.zeros((9, 4), np.int64)}, r"must be \(10, frames\)"),
+    ({"text": "hi", "reference_codes": np.full((10, 4), 512)}, "outside 0..511"),
+    ({"text": "hi", "reference_codes": np.zeros((10, 4), np.float32)}, "must be integers"),
+    ({"text": "hi", "reference_text": "ref"}, "needs reference_codes"),
+    ({"text": "hi", "temperature": -1}, "temperature"),
+])
+def test_bad_input_is_named(tts_mil, kwargs, message):
+    from anetts.runtime import InputError
+
+    with pytest.raises(InputError, match=message):
+        tts_mil.stream(**kwargs)
+
+
+def test_long_text_is_chunked_upstreams_way(tts_mil):
+    assert P.chunk_text("<|speaker:0|>Hi there. <|speaker:1|>Hello you.") == ["<|speaker:0|>Hi there.\n<|speaker:1|>Hello you."]
+    text = " ".join(f"Sentence number {i} is here." for i in range(30))
+    plans = tts_mil.plan(text, chunk_length=120)
+    assert len(plans) > 1 and all(len(p.text.encode()) <= 120 for p in plans)
+    assert " ".join(p.text for p in plans) == text
+    # a reference that leaves too little room: the chunk is halved until its prompt fits
+    ref = np.zeros((10, 60), np.int64)
+    small = tts_mil.plan("One two three, four five six. Seven eight nine, ten eleven twelve.",
+                         "A reference.", ref)
+    assert len(small) > 1
+    assert all(tts_mil._room(tts_mil.prompt(p.text, "A reference.", ref).shape[1]) >= 16 for p in small)
+
+
+def test_a_full_context_goes_on_in_a_fresh_one(tts_mil):
+    """More frames than the context holds: generation restarts in a fresh context (never truncated silently)."""
+    ref = np.zeros((10, 40), np.int64)
+    plan = tts_mil.plan("Hello there.", "A reference.", ref)[0]
+    room = tts_mil._room(tts_mil.prompt(plan.text, "A reference.", ref).shape[1])
+    want = room + 6
+    blocks = list(tts_mil.stream("Hello there.", reference_text="A reference.", reference_codes=ref, temperature=0,
+                                 max_frames=want))
+    end = blocks[-1]
+    frames = sum(len(b.codes) for b in blocks)
+    if end.stop == "im_end":  # the model ended its turn inside the context: nothing to restart
+        assert frames < room
+    else:
+        assert frames == want and end.context_restarts >= 1 and end.stop == "max_frames"
+
+
+# ------------------------------------------------------------------------- codec contract
+
+
+def test_codec_windows_and_stream_join_the_one_shot_decode(tts_mil, monkeypatch):
+    """Against the codec contract (codes [1, 10, F] zero-padded, audio [1, 2048 F]): a decoder whose
+    frame t depends on frames t-3..t+1 decodes the same audio one-shot, in windows and streamed; a
+    causal one with the default margins too."""
+    from anetts.runtime.manifest import PackageEntry
+    from anetts.stage import TensorSpec
+
+    def entry(F, **margins):
+        return PackageEntry("codec", f"f{F}", "main", tts_mil.artifacts.model_dir, "", (
+            TensorSpec("codes", (1, 10, F), "int32", ""), TensorSpec("frames_valid", (1,), "int32", "")),
+            (TensorSpec("audio", (1, 2048 * F), "float32", ""),), {"frames": F, **margins}, None, None)
+
+    def decoder(codes):  # (n, 10) -> (n * 2048,)
+        c = np.pad(codes.astype(np.float64), ((3, 1), (0, 0)))
+        v = np.stack([c[t:t + 5].sum() for t in range(codes.shape[0])])
+        return np.repeat(np.sin(v), 2048).astype(np.float32)
+
+    calls = []
+
+    def codec_call(codes):
+        calls.append(len(codes))
+        return decoder(codes)
+
+    # a decoder that looks one frame ahead declares it (the built codec is causal: the default is 0)
+    monkeypatch.setattr(tts_mil, "codec_entries", [entry(16), entry(32, context_frames=6, lookahead_frames=1)])
+    monkeypatch.setattr(tts_mil, "_codec_call", codec_call)
+    codes = np.random.default_rng(0).integers(0, 512, (70, 10))
+    one = decoder(codes)  # the whole utterance at once (the true one-shot)
+    windowed = tts_mil.decode_audio(codes)
+    assert max(calls) <= 32 and len(calls) > 1
+    np.testing.assert_array_equal(windowed, one)
+    streamed, emitted = [], 0
+    for n in range(8, 71, 8):
+        audio, emitted = tts_mil._stream_audio(codes[:n], emitted, final=False, timings={"codec": 0.0})
+        streamed.append(audio)
+    assert 0 < emitted < 70
+    streamed.append(tts_mil._stream_audio(codes, emitted, final=True, timings={"codec": 0.0})[0])
+    np.testing.assert_array_equal(np.concatenate(streamed), one)
+
+    def causal(codes):  # frame t from frames t-3..t
+        c = np.pad(codes.astype(np.float64), ((3, 0), (0, 0)))
+        return np.repeat(np.sin(np.stack([c[t:t + 4].sum() for t in range(codes.shape[0])])), 2048).astype(np.float32)
+
+    monkeypatch.setattr(tts_mil, "codec_entries", [entry(8)])  # fish-tiny's codec bucket: 8 frames
+    monkeypatch.setattr(tts_mil, "_codec_call", causal)
+    np.testing.assert_array_equal(tts_mil.decode_audio(codes), causal(codes))
+
+
+def test_cli_writes_codes_when_the_build_has_no_codec(model_dir, tmp_path, capsys):
+    from anetts.cli import main
+
+    out = tmp_path / "speech.wav"
+    rc = main(["speak", "Hello.", "-o", str(out), "--model-dir", str(model_dir), "--backend", "mil",
+               "--max-frames", "6", "--threads", "1", "--no-progress"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "no codec stage" in printed
+    codes = np.load(tmp_path / "speech.npy")
+    assert codes.shape[1] == 10 and 1 <= codes.shape[0] <= 6 and not out.exists()
+
+
+def test_audio_through_the_codec_stage(model_dir):
+    """With the build's codec stage (bucketed, causal): streamed audio equals the runtime's one-shot
+    decode sample for sample, and the windowed decode (8-frame buckets, 4 frames of context) matches
+    upstream's codec over the whole utterance (torch: fp32 exports)."""
+    import anetts
+
+    tts = anetts.load(model_dir, backend="torch", threads=1)
+    if not tts.has_codec:
+        pytest.skip("this build has no codec stage")
+    from anetts.models.fish import codec as C
+
+    blocks = list(tts.stream("Hello there, this is a codec check.", temperature=0, max_frames=24))
+    codes = np.concatenate([b.codes for b in blocks])
+    streamed = np.concatenate([b.audio for b in blocks])
+    one = tts.decode_audio(codes)
+    assert one.shape == (codes.shape[0] * 2048,) and np.array_equal(streamed, one)
+    up = C.upstream_decode(C.load_codec(model_dir / "weights"), codes.T)
+    snr = 10 * np.log10(np.sum(up ** 2) / np.sum((up - one) ** 2))
+    assert snr >= 80, f"windowed codec vs upstream: {snr:.1f} dB"
