@@ -19,7 +19,7 @@ from anetts.options import ConvertOptions, Gate
 from anetts.verify.metrics import top1_agreement
 from anetts.verify.scenario import per_call_db, record_eager, run_scenario
 
-PREFILL, CONTEXT = 16, 176  # 149-token prompt padded to 160, plus 15 decode positions
+PREFILL, CONTEXT = 16, 192  # 164-token prompt padded to 176, plus 15 decode positions
 CHAIN_FRAMES = 8
 SCENARIO_DECODE, SCENARIO_FRAMES = 6, 3  # per-stage scenarios in the test; the chain runs 8 frames
 OPTIONS = ConvertOptions(deployment_target="macOS15", precision="fp16")
