@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="Core ML compute units for every stage (coreml backend; default: per stage from the manifest)")
     s.add_argument("--reference-codes", type=Path, default=None, metavar="NPY",
                    help="Fish: codes (10, frames) of the reference audio, as .npy (the voice to clone)")
+    s.add_argument("--reference-audio", type=Path, default=None, metavar="WAV",
+                   help="Fish: the reference clip itself (44.1 kHz, <= 30 s), encoded on the host by upstream's "
+                        "codec encoder; instead of --reference-codes")
     s.add_argument("--reference-text", default=None, help="Fish: transcript of the reference audio")
     s.add_argument("--temperature", type=float, default=0.7, help="Fish: sampling temperature; 0 = greedy (default 0.7)")
     s.add_argument("--top-p", type=float, default=0.7, help="Fish: top-p (default 0.7)")
@@ -182,6 +185,20 @@ def _speak_fish(args, tts, text) -> int:
             ref = np.load(args.reference_codes, allow_pickle=False)
         except (OSError, ValueError) as e:
             print(f"anetts speak: error: cannot read --reference-codes {args.reference_codes}: {e}", file=sys.stderr)
+            return 1
+    if args.reference_audio is not None:
+        if ref is not None:
+            print("anetts speak: error: give --reference-audio or --reference-codes, not both", file=sys.stderr)
+            return 2
+        try:
+            clip, rate = sf.read(str(args.reference_audio), dtype="float32", always_2d=False)
+        except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
+            print(f"anetts speak: error: cannot read --reference-audio {args.reference_audio}: {e}", file=sys.stderr)
+            return 1
+        try:
+            ref = tts.encode_reference(clip, rate)
+        except TTSError as e:
+            print(f"anetts speak: error: --reference-audio {args.reference_audio}: {e}", file=sys.stderr)
             return 1
     try:
         blocks = tts.stream(text, reference_text=args.reference_text, reference_codes=ref,

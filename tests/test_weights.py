@@ -41,6 +41,17 @@ def test_synthetic_is_deterministic(tiny_weights, tmp_path):
     assert again["files"][W.CHECKPOINT_NAME] == tree_sha256(tiny_weights / W.CHECKPOINT_NAME)
 
 
+def test_synthetic_does_not_depend_on_the_callers_torch_threads(tiny_weights, tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a runtime loaded with threads=1 leaves the process
+    try:
+        again = materialize_weights("kokoro", {"source": "synthetic", "preset": "kokoro-tiny", "seed": 0}, tmp_path / "w")
+        assert torch.get_num_threads() == 1  # restored
+    finally:
+        torch.set_num_threads(before)
+    assert again["files"][W.CHECKPOINT_NAME] == tree_sha256(tiny_weights / W.CHECKPOINT_NAME)
+
+
 @pytest.mark.parametrize("case, message", [
     ("missing", "missing tensor decoder.generator.conv_post.bias"),
     ("extra", "unexpected tensor predictor.bogus"),

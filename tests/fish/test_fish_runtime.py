@@ -295,3 +295,49 @@ def test_audio_through_the_codec_stage(model_dir):
     up = C.upstream_decode(C.load_codec(model_dir / "weights"), codes.T)
     snr = 10 * np.log10(np.sum(up ** 2) / np.sum((up - one) ** 2))
     assert snr >= 80, f"windowed codec vs upstream: {snr:.1f} dB"
+
+
+# ------------------------------------------------------------------- reference clip (host encoder)
+
+def test_reference_clip_is_encoded_by_upstreams_encoder_and_clones(tts_torch, model_dir):
+    from anetts.models.fish import codec as C
+
+    upstream = C.load_codec(model_dir / "weights")
+    codes = np.random.default_rng(0).integers(0, 128, size=(10, 5))
+    codes[0] = np.random.default_rng(1).integers(0, 512, size=5)
+    clip = C.upstream_decode(upstream, codes)  # 5 frames of audio the codec itself made
+    got = tts_torch.encode_reference(clip, C.SAMPLE_RATE)
+    assert got.shape == (10, 5) and got.dtype == np.int32
+    np.testing.assert_array_equal(got, C.upstream_encode(upstream, clip, C.SAMPLE_RATE))
+    stereo = np.stack([clip, clip], axis=1)  # (samples, channels) as soundfile reads it
+    np.testing.assert_array_equal(tts_torch.encode_reference(stereo, C.SAMPLE_RATE), got)
+    r = tts_torch.synthesize("Hello.", reference_text="A reference.", reference_codes=got, temperature=0, max_frames=3)
+    assert r.codes.shape[1] == 10 and 1 <= r.codes.shape[0] <= 3
+
+
+@pytest.mark.parametrize("audio, rate, message", [
+    (np.zeros(44100, np.float32), 24000, "24000 Hz; the codec takes 44100 Hz"),
+    (np.zeros(31 * 44100, np.float32), 44100, "31.0 s, longer than 30 s"),
+    (np.zeros(100, np.float32), 44100, "less than one frame"),
+    (np.full(4096, np.nan, np.float32), 44100, "NaN or inf"),
+    (np.zeros((2, 2, 4096), np.float32), 44100, "must be \\(samples,\\) or \\(samples, channels\\)"),
+])
+def test_bad_reference_clips_are_named(tts_torch, audio, rate, message):
+    from anetts.runtime import InputError
+
+    with pytest.raises(InputError, match=message):
+        tts_torch.encode_reference(audio, rate)
+
+
+def test_cli_reference_audio_of_the_wrong_rate_exits_non_zero(model_dir, tmp_path, capsys):
+    import soundfile as sf
+
+    from anetts.cli import main
+
+    wav = tmp_path / "ref.wav"
+    sf.write(str(wav), np.zeros(22050, np.float32), 22050)
+    out = tmp_path / "speech.wav"
+    rc = main(["speak", "Hello.", "-o", str(out), "--model-dir", str(model_dir), "--backend", "mil",
+               "--reference-audio", str(wav), "--reference-text", "Ref.", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "22050 Hz; the codec takes 44100 Hz" in err and not out.exists()

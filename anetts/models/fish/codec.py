@@ -59,6 +59,8 @@ SAMPLES_PER_FRAME = 2048
 SAMPLE_RATE = 44100
 N_CODEBOOKS = 10  # semantic + 9 residual: the codes of one frame
 DROPPED_BUFFERS = ("freqs_cis", "causal_mask")
+# a voice-cloning reference: upstream's examples use 10-30 s; longer crowds the text out of the context
+MAX_REFERENCE_SECONDS = 30.0
 # the modules modded_dac.py / rvq.py import at their top that the decode path never calls
 _UNUSED_IMPORTS = ("librosa", "soundfile", "hydra", "omegaconf")
 
@@ -341,6 +343,37 @@ def write_synthetic_codec(out_dir: Path, cfg: dict, seed: int) -> dict:
 # ---------------------------------------------------------------------------------------
 # Upstream decode and the traceable decoder
 # ---------------------------------------------------------------------------------------
+
+def check_reference_audio(audio, sample_rate: int) -> np.ndarray:
+    """Mono float32 samples of a reference clip (channels averaged as upstream's inference does), or
+    a CodecError naming what is wrong. Upstream resamples; this refuses another rate rather than
+    pick a resampler whose output would differ from upstream's."""
+    audio = np.asarray(audio)
+    if audio.ndim == 2:  # (samples, channels), as soundfile reads it
+        audio = audio.mean(axis=1)
+    if audio.ndim != 1:
+        raise CodecError(f"reference audio must be (samples,) or (samples, channels), got shape {audio.shape}")
+    if int(sample_rate) != SAMPLE_RATE:
+        raise CodecError(f"reference audio is {sample_rate} Hz; the codec takes {SAMPLE_RATE} Hz (resample it first)")
+    if audio.size < SAMPLES_PER_FRAME:
+        raise CodecError(f"reference audio has {audio.size} samples, less than one frame ({SAMPLES_PER_FRAME})")
+    if audio.size > MAX_REFERENCE_SECONDS * SAMPLE_RATE:
+        raise CodecError(f"reference audio is {audio.size / SAMPLE_RATE:.1f} s, longer than "
+                         f"{MAX_REFERENCE_SECONDS:g} s: cut it to a sentence or two")
+    audio = audio.astype(np.float32)
+    if not np.isfinite(audio).all():
+        raise CodecError("reference audio contains NaN or inf")
+    return audio
+
+
+@torch.no_grad()
+def upstream_encode(model: nn.Module, audio, sample_rate: int) -> np.ndarray:
+    """Upstream `DAC.encode` of a reference clip -> codes (10, frames) int64 (the host encoder:
+    see the module docstring for why it is not a Core ML stage)."""
+    x = torch.from_numpy(check_reference_audio(audio, sample_rate))[None, None]
+    codes, lengths = model.encode(x)
+    return codes[0, :, : int(lengths[0])].numpy()
+
 
 @torch.no_grad()
 def upstream_decode(model: nn.Module, codes: np.ndarray) -> np.ndarray:

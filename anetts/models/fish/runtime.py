@@ -303,6 +303,7 @@ class FishRuntime:
         if not isinstance(backend, FishStages):
             raise TTSError(f"FishRuntime needs its own runner (FishRuntime.make_backend), got {type(backend).__name__}")
         self.artifacts, self.backend = artifacts, backend
+        self._encoder = None  # upstream's DAC for reference clips, loaded on first use
         try:
             self.cfg = FishConfig.from_json(artifacts.asset(CONFIG_NAME))
             self.tokenizer = load_tokenizer(artifacts.asset(TOKENIZER_NAME), self.cfg)
@@ -598,6 +599,24 @@ class FishRuntime:
         if codes.shape[0] == 0:
             return np.zeros(0, np.float32)
         return self.decode_span(codes, 0, codes.shape[0], final=True)
+
+    def encode_reference(self, audio, sample_rate: int) -> np.ndarray:
+        """Codes (10, frames) of a reference clip for `reference_codes`: upstream's DAC encoder in
+        torch on the host, from the build's codec.pth (anetts.models.fish.codec says why it is not
+        a Core ML stage). Cache them with the voice: the clip is encoded once, not per generation."""
+        from anetts.models.fish import codec as C
+
+        weights = self.artifacts.model_dir / self.artifacts.manifest.get("weights_dir", "weights")
+        if not (weights / C.CODEC_NAME).is_file():
+            raise ArtifactError(f"no {C.CODEC_NAME} in {weights}: encoding a reference clip needs the build's "
+                                f"codec weights (or pass reference_codes)")
+        try:
+            audio = C.check_reference_audio(audio, sample_rate)
+        except C.CodecError as e:
+            raise InputError(str(e)) from None
+        if self._encoder is None:
+            self._encoder = C.load_codec(weights)
+        return C.upstream_encode(self._encoder, audio, sample_rate).astype(np.int32)
 
     # -------------------------------------------------------------- synthesis
 

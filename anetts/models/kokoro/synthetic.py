@@ -6,6 +6,8 @@ then the model is calibrated so durations, F0 and loudness look like real speech
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import math
 import re
@@ -145,9 +147,30 @@ def _synthetic_voices(style_dim_total: int, rng: torch.Generator) -> dict[str, t
     return voices
 
 
+# torch intra-op threads the synthesis runs with: the calibration's forward passes reduce in an
+# order that depends on the thread count, so the checkpoint's bytes did (a test process whose
+# earlier tests had set 1 thread synthesized other weights than the session's). Two is what every
+# published synthetic figure was made with.
+SYNTHESIS_THREADS = 2
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def make_synthetic(out_dir: Path, preset: str, seed: int, scratch_dir: Path) -> dict:
     """Write a deterministic synthetic checkpoint in the upstream layout; returns a report."""
-    out_dir = Path(out_dir)
+    with _torch_threads(SYNTHESIS_THREADS):
+        return _make_synthetic(Path(out_dir), preset, seed, scratch_dir)
+
+
+def _make_synthetic(out_dir: Path, preset: str, seed: int, scratch_dir: Path) -> dict:
     config = preset_config(preset)
     torch.manual_seed(seed)  # upstream's own init draws from the global RNG
     model = init_kmodel(config, scratch_dir)
