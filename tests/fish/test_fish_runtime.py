@@ -277,6 +277,21 @@ def test_cli_writes_codes_when_the_build_has_no_codec(model_dir, tmp_path, capsy
     assert codes.shape[1] == 10 and 1 <= codes.shape[0] <= 6 and not out.exists()
 
 
+def test_cli_speaks_a_44k_wav(model_dir, tmp_path, capsys):
+    import soundfile as sf
+
+    from anetts.cli import main
+
+    out = tmp_path / "speech.wav"
+    rc = main(["speak", "Hello.", "-o", str(out), "--model-dir", str(model_dir), "--backend", "mil",
+               "--max-frames", "6", "--threads", "1", "--no-progress"])
+    printed = capsys.readouterr().out
+    audio, rate = sf.read(str(out))
+    assert rc == 0 and f"wrote {out}" in printed and rate == 44100
+    assert audio.ndim == 1 and audio.size % 2048 == 0 and 1 <= audio.size // 2048 <= 6 and np.abs(audio).max() > 0
+    assert not (tmp_path / "speech.npy").exists()
+
+
 def test_audio_through_the_codec_stage(model_dir):
     """With the build's codec stage (bucketed, causal): streamed audio equals the runtime's one-shot
     decode sample for sample, and the windowed decode (8-frame buckets, 4 frames of context) matches
