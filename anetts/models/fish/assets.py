@@ -40,11 +40,16 @@ def write_runtime_assets(weights_dir: Path, out_dir: Path) -> list[str]:
 class InputEmbedding:
     """The slow AR's input embedding from the fp16 assets (memory-mapped: only the rows read are paged in)."""
 
-    def __init__(self, assets_dir: Path):
+    def __init__(self, cfg: FishConfig, text_table: Path, codebook_table: Path):
+        self.cfg = cfg
+        self.text = np.load(text_table, mmap_mode="r")
+        self.codebooks = np.load(codebook_table, mmap_mode="r")
+
+    @classmethod
+    def from_dir(cls, assets_dir: Path) -> "InputEmbedding":
         assets_dir = Path(assets_dir)
-        self.cfg = FishConfig.from_json(assets_dir / CONFIG_NAME)
-        self.text = np.load(assets_dir / EMBEDDINGS, mmap_mode="r")
-        self.codebooks = np.load(assets_dir / CODEBOOK_EMBEDDINGS, mmap_mode="r")
+        return cls(FishConfig.from_json(assets_dir / CONFIG_NAME), assets_dir / EMBEDDINGS,
+                   assets_dir / CODEBOOK_EMBEDDINGS)
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         """rows (1 + num_codebooks, T) ids -> (T, dim) float32."""

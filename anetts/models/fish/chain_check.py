@@ -82,7 +82,7 @@ def check_chain(packages: dict[str, Path], assets_dir: Path, reference: Path, ga
 
     with np.load(reference) as z:
         ref = {k: z[k] for k in z.files}
-    embed = InputEmbedding(assets_dir)
+    embed = InputEmbedding.from_dir(assets_dir)
     chunks = _chunks(packages)
     for name in ("lm_head", "fast_ar"):
         if name not in packages:

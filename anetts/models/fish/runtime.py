@@ -31,7 +31,7 @@ import numpy as np
 
 from anetts.artifacts import tree_sha256
 from anetts.models.fish import prompt as P
-from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS
+from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS, InputEmbedding
 from anetts.models.fish.config import CONFIG_NAME, FishConfig
 from anetts.models.fish.sampling import SamplingParams, SemanticSampler, sample_logits
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
@@ -309,8 +309,8 @@ class FishRuntime:
             self.tokenizer = load_tokenizer(artifacts.asset(TOKENIZER_NAME), self.cfg)
         except (TokenizerError, ValueError, OSError) as e:
             raise ArtifactError(f"{artifacts.model_dir}: cannot read the Fish config/tokenizer assets: {e}") from e
-        self.text_table = np.load(artifacts.asset(EMBEDDINGS), mmap_mode="r")
-        self.codebook_table = np.load(artifacts.asset(CODEBOOK_EMBEDDINGS), mmap_mode="r")
+        # the slow AR's input embedding on the host, from the fp16 tables (rows (11, T) -> (T, dim))
+        self.embed = InputEmbedding(self.cfg, artifacts.asset(EMBEDDINGS), artifacts.asset(CODEBOOK_EMBEDDINGS))
         self.chunk_stages = sorted((s for s, _ in artifacts.packages if re.fullmatch(r"slow_chunk\d+", s)),
                                    key=lambda s: int(s[len("slow_chunk"):]))
         if not self.chunk_stages or self.chunk_stages != [f"slow_chunk{i}" for i in range(len(self.chunk_stages))]:
@@ -408,18 +408,6 @@ class FishRuntime:
         return out
 
     # -------------------------------------------------------------- decode
-
-    def embed(self, rows: np.ndarray) -> np.ndarray:
-        """The slow AR's input embedding of (11, T) rows -> (T, dim) float32 (host, fp16 tables)."""
-        cfg = self.cfg
-        rows = np.asarray(rows, np.int64)
-        x = self.text_table[rows[0]].astype(np.float32)
-        offsets = (np.arange(cfg.num_codebooks) * cfg.codebook_size)[:, None]
-        vq = self.codebook_table[(rows[1:] + offsets).reshape(-1)].astype(np.float32)
-        vq = vq.reshape(cfg.num_codebooks, rows.shape[1], -1).sum(axis=0)
-        semantic = (rows[0] >= cfg.semantic_begin_id) & (rows[0] <= cfg.semantic_end_id)
-        x[semantic] = (x[semantic] + vq[semantic]) / np.float32(cfg.semantic_scale)
-        return x
 
     def _slow(self, x: np.ndarray, pos: int, function: str, states: list) -> np.ndarray:
         for stage, st in zip(self.chunk_stages, states):
