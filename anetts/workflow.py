@@ -4,6 +4,7 @@ Rules stay declarative; everything they compute from config lives here, importab
 """
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -30,6 +31,27 @@ def canonical(value):
     if isinstance(value, (list, tuple)):
         return [canonical(v) for v in value]
     return value
+
+
+# A model's blocks that lie over its family's (key by key). Snakemake's `validate` fills schema
+# defaults into every object it checks, which would turn "not set for this model" into "the
+# default" and silently override the family's value (a model setting only `buckets` would reset
+# its stage's deployment_target to macOS13), so these blocks keep what the config wrote.
+MODEL_OVERLAYS = ("stages", "end_to_end")
+SCHEMA_PATH = _PKG.parent / "schemas" / "config.schema.yaml"
+
+
+def validate_config(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
+    """Validate `config` against the schema (Snakemake's validator: defaults filled in), leaving a
+    model's overlay blocks as written."""
+    from snakemake.utils import validate
+
+    written = {m: {k: copy.deepcopy(spec[k]) for k in MODEL_OVERLAYS if k in spec}
+               for m, spec in (config.get("models") or {}).items() if isinstance(spec, dict)}
+    validate(config, str(schema_path))
+    for m, blocks in written.items():
+        config["models"][m].update(blocks)
+    return config
 
 
 class WorkflowConfig:

@@ -4,12 +4,10 @@ import sys
 # use this checkout's anetts even if another is installed
 sys.path.insert(0, workflow.basedir)
 
-from snakemake.utils import validate
-
 from anetts import artifacts
-from anetts.workflow import WorkflowConfig
+from anetts.workflow import WorkflowConfig, validate_config
 
-validate(config, "../schemas/config.schema.yaml")
+validate_config(config)
 WF = WorkflowConfig(config, root=workflow.basedir)
 
 

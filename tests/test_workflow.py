@@ -181,3 +181,28 @@ def test_bad_config_fails_naming_the_key(tmp_path, edit, key):
     proc = run_snakemake(workdir, "-n", "all", check=False)
     assert proc.returncode != 0
     assert key in proc.stdout + proc.stderr
+
+
+def test_a_models_stage_block_lies_over_the_familys_settings():
+    """Validation fills schema defaults in, but not into a model's overlay blocks: a model that sets
+    only its buckets or precision keeps every other setting of its family's stage."""
+    from pathlib import Path
+
+    from snakemake.exceptions import WorkflowError
+
+    from anetts.workflow import WorkflowConfig, validate_config
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = validate_config(yaml.safe_load((repo / "config.yaml").read_text()))
+    wf = WorkflowConfig(cfg)
+    assert cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"] == {"chunks": 9, "buckets": [1024]}
+    fish = wf.convert_options("fish-s2-pro", "slow_chunk0")
+    assert (fish["deployment_target"], fish["compute_units"]) == ("macOS15", "CPU_AND_NE")  # the family's
+    onnx = wf.convert_options("kokoro-82m-onnx", "decoder_pre")
+    assert onnx["linear_rewrite"] == "conv2d" and onnx["fp32_ops"]  # family's rewrite, model's fp32 ops
+    assert wf.convert_options("kokoro-82m-onnx", "f0ntrain")["deployment_target"] == "macOS14"
+    # the block is still checked against the schema
+    bad = yaml.safe_load((repo / "config.yaml").read_text())
+    bad["models"]["fish-tiny"]["stages"]["codec"]["deployment_target"] = "macOS99"
+    with pytest.raises(WorkflowError, match="macOS99"):
+        validate_config(bad)
