@@ -190,6 +190,10 @@ def variant_parity_path(model: str, variant: str, stage: str, bucket: str, root:
     return variant_dir(model, variant, root) / "parity" / stage / f"{bucket}.json"
 
 
+def variant_chain_path(model: str, variant: str, bucket: str, root: Path = ARTIFACTS) -> Path:
+    return variant_dir(model, variant, root) / "chain" / f"{bucket}.json"
+
+
 def variant_manifest_path(model: str, variant: str, root: Path = ARTIFACTS) -> Path:
     return variant_dir(model, variant, root) / "manifest.json"
 

@@ -87,6 +87,11 @@ class FamilyDecl:
     # code of the end-to-end check (the runtime over the compiled packages vs upstream on fixed
     # texts; rule `end_to_end`), or () when the family has none; needs a runtime
     end_to_end_code: tuple[str, ...] = ()
+    # "module:function" giving the weight bytes one generated unit reads and the ms it projects to,
+    # for the variants summary: f(weights_dir, {stage: compression settings or None}, {stage: weight
+    # bytes of its packages}) -> dict; torch-free. None: the family projects no speed.
+    frame_cost: str | None = None
+    frame_cost_code: tuple[str, ...] = ()
 
     def stage(self, name: str) -> StageDecl:
         """The declaration of `name`, also of a repeated stage's instance (`slow_chunk1`)."""
@@ -102,6 +107,9 @@ class FamilyDecl:
 
     def end_to_end_paths(self) -> list[Path]:
         return [_PKG / s for s in self.end_to_end_code]
+
+    def frame_cost_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.frame_cost_code]
 
     def weights_paths(self, source: str) -> list[Path]:
         if source not in self.weights_code:

@@ -75,9 +75,10 @@ RULES: dict[str, RuleSpec] = {
     "aimodel": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
     "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket"), "bucketed"),
     "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket"), "bucketed"),
-    # variants compress bucketed stages only (anetts.variants)
-    "variant_manifest": RuleSpec(1, "packages", ("variant",), "bucketed"),
-    "variants_summary": RuleSpec(1, "packages", (), "bucketed"),
+    "compress_scenario": RuleSpec(2, "bucket", ("variant", "stage", "bucket"), "scenario"),
+    "variant_chain_parity": RuleSpec(2, "bucket", ("variant", "bucket"), "chain"),
+    "variant_manifest": RuleSpec(1, "packages", ("variant",)),
+    "variants_summary": RuleSpec(1, "packages", ()),
     "report": RuleSpec(1, "packages", ()),
 }
 # Rules without an action: never submitted, nothing to declare.
@@ -197,7 +198,7 @@ class RuleResources:
         if scale is None:
             return None
         if scale == "bucket":
-            if rule in ("reference", "chain_parity"):
+            if rule in ("reference", "chain_parity", "variant_chain_parity"):
                 return self.wf.reference_size(model, bucket)
             return self.wf.bucket_size(model, stage, bucket)
         if scale == "stage":

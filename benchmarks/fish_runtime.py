@@ -27,32 +27,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FRAME_MS = 2048 / 44100 * 1000  # 46.44 ms of audio per frame
-BANDWIDTH_GBS = {"M1": 68, "M4 Pro": 273, "M2 Max": 400}
-EFFECTIVE = 0.75
-FP16 = 2
-
-
-def projection(bytes_per_frame: dict) -> dict:
-    total = sum(bytes_per_frame.values())
-    return {chip: {"bandwidth_gbs": bw, "ms_per_frame": round(total / (bw * 1e9 * EFFECTIVE) * 1e3, 3),
-                   "rtfx_ceiling": round(FRAME_MS / (total / (bw * 1e9 * EFFECTIVE) * 1e3), 2)}
-            for chip, bw in BANDWIDTH_GBS.items()}
+from anetts.models.fish.frame_cost import EFFECTIVE, FP16, FRAME_MS, frame_bytes, projection  # noqa: E402
 
 
 def config_bytes(cfg) -> dict:
     """fp16 weight bytes per frame from a FishConfig: slow layers + final norm, restricted head, 10 fast passes."""
-    from anetts.models.fish.stages.lm_head import restricted_ids
-
-    def layer(d):
-        attn = d.dim * (d.q_size + 2 * d.kv_size) + d.q_size * d.dim
-        return attn + 3 * d.dim * d.intermediate_size + 2 * d.dim + (2 * d.head_dim if d.qk_norm else 0)
-
-    s, f = cfg.slow, cfg.fast
-    slow = (s.n_layer * layer(s) + s.dim) * FP16
-    head = len(restricted_ids(cfg)) * s.dim * FP16
-    fast_pass = (f.n_layer * layer(f) + f.dim + cfg.codebook_size * f.dim) * FP16  # layers, norm, output
-    return {"slow_chunks": slow, "lm_head": head, "fast_ar_x10": cfg.num_codebooks * fast_pass}
+    return frame_bytes(cfg)
 
 
 def artifact_bytes(model_dir: Path, cfg) -> dict:

@@ -1,5 +1,7 @@
 # Compressed variants (config `variants`): weight-only int8 / palettized copies of the verified
-# packages, each gated against the same eager fp32 reference; `snakemake variants` builds them all.
+# packages, each gated against the same eager fp32 reference (bucketed stages like rule `parity`,
+# scenario stages like `parity_scenario`), then composed where the family has a chain check;
+# `snakemake variants` builds them all.
 from anetts.variants import VariantConfig
 
 VC = VariantConfig(config, WF)
@@ -20,7 +22,7 @@ rule compress:
         example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
         export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
         export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=VC.code(),
+        code=lambda w: VC.code(w.model, w.stage),
     output:
         package=directory(
             "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
@@ -31,6 +33,8 @@ rule compress:
         "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/compress/{variant}/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("bucketed"),
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("compress")
@@ -46,6 +50,76 @@ rule compress:
         "../workflow_scripts/compress.py"
 
 
+rule compress_scenario:
+    """A scenario stage's verified multifunction package → its compressed variant (the functions
+    still share one copy of the weights), kept only if it plays the scenario within the gate.
+    """
+    input:
+        base_package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
+        base_report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        base_parity="artifacts/{model}/parity/{stage}/{bucket}.json",
+        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
+        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        code=lambda w: VC.code(w.model, w.stage),
+    output:
+        package=directory(
+            "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
+        ),
+        report="artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.json",
+        parity="artifacts/{model}/variants/{variant}/parity/{stage}/{bucket}.json",
+    log:
+        "artifacts/{model}/logs/compress_scenario/{variant}/{stage}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/compress_scenario/{variant}/{stage}/{bucket}.tsv"
+    wildcard_constraints:
+        stage=WF.stage_regex("scenario"),
+    conda:
+        "../envs/anetts.yaml"
+    threads: RES.threads("compress_scenario")
+    resources:
+        **RES.of("compress_scenario"),
+    params:
+        settings=lambda w: VC.settings(w.model, w.variant, w.stage),
+        gate=lambda w: VC.gate(w.model, w.variant, w.stage),
+        default_gate=lambda w: WF.parity_gate(w.model, w.stage),
+        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
+        versions=WF.versions("coremltools", "numpy"),
+    script:
+        "../workflow_scripts/compress.py"
+
+
+rule variant_chain_parity:
+    """The variant's packages (compressed where it compresses, else the base ones) composed as the
+    runtime composes them, against upstream; gated with the variant's gate, verdict in its manifest.
+    """
+    input:
+        packages=lambda w: VC.chain_packages(w.model, w.variant, w.bucket),
+        parity=lambda w: VC.chain_parity_inputs(w.model, w.variant, w.bucket),
+        assets="artifacts/{model}/assets",
+        reference="artifacts/{model}/reference/{bucket}.npz",
+        code=lambda w: WF.chain_code(w.model),
+    output:
+        "artifacts/{model}/variants/{variant}/chain/{bucket}.json",
+    log:
+        "artifacts/{model}/logs/variant_chain_parity/{variant}/{bucket}.log",
+    benchmark:
+        "artifacts/{model}/benchmarks/variant_chain_parity/{variant}/{bucket}.tsv"
+    conda:
+        "../envs/anetts.yaml"
+    threads: RES.threads("variant_chain_parity")
+    resources:
+        **RES.of("variant_chain_parity"),
+    params:
+        family=lambda w: WF.family_of(w.model),
+        stages=lambda w: WF.chain_stages(w.model, w.bucket),
+        stage_params=lambda w: {
+            s: WF.stage_params(w.model, s) for s in WF.chain_stages(w.model, w.bucket)
+        },
+        gate=lambda w: VC.chain_gate(w.model, w.variant),
+    script:
+        "../workflow_scripts/chain_parity.py"
+
+
 rule variant_manifest:
     """The variant's own manifest: its compressed packages plus the base packages of the other stages."""
     input:
@@ -54,6 +128,7 @@ rule variant_manifest:
         packages=lambda w: VC.packages(w.model, w.variant),
         torchscripts=lambda w: WF.torchscripts(w.model),
         parity=lambda w: VC.parity_reports(w.model, w.variant),
+        chain=lambda w: VC.chain_reports(w.model, w.variant),
         assets="artifacts/{model}/assets",
     output:
         "artifacts/{model}/variants/{variant}/manifest.json",
@@ -78,10 +153,18 @@ rule variant_manifest:
 
 
 rule variants_summary:
-    """Size ratio vs the base package and dB per bucket, for every configured variant."""
+    """Per compressed package: size vs its base package, dB (top-1 for scenario stages); per
+    variant: bytes, unique weight bytes, chain verdicts and (families that project speed) the
+    weight bytes one generated frame reads and the ms/frame they take."""
     input:
         reports=lambda w: VC.compressed_reports(w.model),
         base_parity=lambda w: WF.parity_reports(w.model),
+        # every variant whole: its manifest exists only once all its gates passed
+        manifests=lambda w: VC.manifests(w.model, VC.names_for(w.model)),
+        weights="artifacts/{model}/weights",
+        base_reports=lambda w: WF.package_reports(w.model),
+        base_packages=lambda w: WF.packages(w.model),
+        code=lambda w: VC.summary_code(w.model),
     output:
         json="artifacts/{model}/variants/summary.json",
         markdown="artifacts/{model}/variants/summary.md",
@@ -94,6 +177,9 @@ rule variants_summary:
     threads: RES.threads("variants_summary")
     resources:
         **RES.of("variants_summary"),
+    params:
+        variants=lambda w: VC.summary_inputs(w.model),
+        family=lambda w: WF.family_of(w.model),
     script:
         "../workflow_scripts/variants_summary.py"
 

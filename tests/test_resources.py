@@ -168,9 +168,10 @@ def workflow_copy(tmp_path_factory, tiny_weights) -> Path:
 
 
 def test_slurm_dry_run_lists_every_job_with_its_declared_resources(workflow_copy):
-    # all + the optional targets + a Fish model (its scenario rules): every rule that a scheduler packs
+    # all + the optional targets + a Fish model (its scenario rules) and a Fish variant (compressed
+    # scenario stages, the variant's chain): every rule that a scheduler packs
     out = run_snakemake(workflow_copy, "-n", "--forceall", "all", "aimodels", "variants", "artifacts/fish-tiny/manifest.json",
-                        "--profile", "profiles/slurm").stdout
+                        "artifacts/fish-tiny/variants/fish-int8/manifest.json", "--profile", "profiles/slurm").stdout
     jobs = dry_run_jobs(out)
     wf = WorkflowConfig(yaml.safe_load((workflow_copy / "config.yaml").read_text()), root=workflow_copy)
     res = RuleResources(wf)

@@ -4,15 +4,20 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake)
-from anetts.compile.compress import compress_and_gate
-from anetts.verify.parity import Gate
+from anetts.compile.compress import bucketed_scorer, compress_and_gate, scenario_scorer
+from anetts.options import Gate
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
+gate = Gate.make(**p.gate)
+if "scenario" in inp.keys():  # rule compress_scenario: the package plays the stage's scenario
+    score = scenario_scorer(inp.scenario, inp.export_report, gate, compute_units=p.compute_units)
+else:
+    score = bucketed_scorer(inp.example_inputs, inp.export_outputs, inp.export_report, gate,
+                            compute_units=p.compute_units)
 try:
-    compress_and_gate(snakemake.wildcards.stage, inp.base_package, inp.base_report,
-                      inp.example_inputs, inp.export_outputs, inp.export_report, dict(p.settings), Gate.make(**p.gate),
-                      out.package, out.report, out.parity, snakemake.wildcards.variant, compute_units=p.compute_units,
+    compress_and_gate(snakemake.wildcards.stage, inp.base_package, inp.base_report, dict(p.settings), gate, score,
+                      out.package, out.report, out.parity, snakemake.wildcards.variant,
                       default_gate=Gate.make(**p.default_gate))
 except Exception as e:
-    log.error("%s", e)  # the measured dB in the job's own log, not only in Snakemake's output
+    log.error("%s", e)  # the measured numbers in the job's own log, not only in Snakemake's output
     raise

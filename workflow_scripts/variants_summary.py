@@ -6,5 +6,7 @@ from _glue import setup
 log = setup(snakemake)
 from anetts.compile.variants_report import write_variants_summary
 
-write_variants_summary(snakemake.input.reports, snakemake.input.base_parity, snakemake.output.json,
-                       snakemake.output.markdown)
+inp, p = snakemake.input, snakemake.params
+write_variants_summary(inp.reports, inp.base_parity, snakemake.output.json, snakemake.output.markdown,
+                       variants=dict(p.variants), family=p.family, weights_dir=inp.weights,
+                       base={"reports": list(inp.base_reports), "packages": list(inp.base_packages)})

@@ -17,6 +17,7 @@ import time
 import warnings
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.reproducible import stabilize_package
@@ -138,6 +139,63 @@ def _bytes(package: Path) -> int:
     return sum(p.stat().st_size for p in Path(package).rglob("*") if p.is_file())
 
 
+def _pass(settings: dict, config):
+    """coremltools' compression graph pass for these settings, configured (what
+    `linear_quantize_weights` / `palettize_weights` apply to a single-function model)."""
+    from coremltools.converters.mil.mil.passes.graph_pass import PassOption
+    from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
+
+    name = "compression::linear_quantize_weights" if settings["mode"] == "linear" else "compression::palettize_weights"
+    graph_pass = PASS_REGISTRY[name]
+    graph_pass.set_options([PassOption("config", config), PassOption("joint_compression", False)])
+    return graph_pass
+
+
+def _compress_multifunction(mlmodel, package: Path, settings: dict, config):
+    """A multifunction package (a scenario stage: functions sharing weights, with states) compressed.
+
+    coremltools' PTQ functions refuse multifunction models; their graph pass runs on every function
+    of the program, then consts equal across functions get one weight id again — the step
+    `coremltools.utils.save_multifunction` takes — so the functions still share one compressed copy."""
+    from coremltools.converters.mil.converter import mil_convert
+    from coremltools.converters.mil.frontend.milproto import load as milproto
+    from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
+    from coremltools.models.utils import _try_get_weights_dir_path
+
+    spec = mlmodel.get_spec()
+    prog = milproto.load(spec, spec.specificationVersion, _try_get_weights_dir_path(str(package)))
+    prog.default_function_name = spec.description.defaultFunctionName
+    _pass(settings, config).apply(prog)
+    PASS_REGISTRY["common::const_deduplication"]._deduplicate_const_across_functions(prog)
+    prog.skip_all_passes = True
+    prog.export_as_multifunction = True
+    return mil_convert(prog, convert_to="mlprogram", convert_from="milinternal",
+                       specification_version=spec.specificationVersion, compute_units=mlmodel.compute_unit,
+                       model_description=spec.description, skip_model_load=True)
+
+
+class _SkippedWeights(logging.Handler):
+    """Collects coremltools' warnings for weights it leaves uncompressed because a group or block
+    size does not divide their shape (it skips them silently otherwise)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        if "not divisible by" in msg:
+            self.messages.append(msg)
+
+
+def _check_skipped(messages: list[str], settings: dict, where: str, package: Path) -> None:
+    if not messages:
+        return
+    key = "group_size" if any("channel_group_size" in m for m in messages) else "block_size"
+    raise CompressionError(f"{where}.{key}: {settings[key]} does not divide the shape of {len(messages)} weight(s) of "
+                           f"{package}, which would stay uncompressed; coremltools: {messages[0]}")
+
+
 def compress_model(base_package: Path, settings: dict, where: str):
     """The compressed MLModel (not saved) and the constexpr op counts it gained."""
     ct = _ct()
@@ -153,12 +211,21 @@ def compress_model(base_package: Path, settings: dict, where: str):
     config = cto.OptimizationConfig(global_config=op_config(settings),
                                     op_type_configs={t: None for t in settings["exclude_op_types"]} or None)
     fn = cto.linear_quantize_weights if settings["mode"] == "linear" else cto.palettize_weights
+    skipped = _SkippedWeights()
+    ct_log = logging.getLogger("coremltools")
+    ct_log.addHandler(skipped)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = fn(mlmodel, config)
+            if mlmodel._is_multifunction():
+                out = _compress_multifunction(mlmodel, Path(base_package), settings, config)
+            else:
+                out = fn(mlmodel, config)
     except Exception as e:
         raise CompressionError(f"{where}: coremltools could not compress {base_package}: {type(e).__name__}: {e}") from e
+    finally:
+        ct_log.removeHandler(skipped)
+    _check_skipped(skipped.messages, settings, where, Path(base_package))
     before = {t for t in present if t.startswith(CONSTEXPR_PREFIX)}
     gained = {}
     for t in _ops(out.get_spec()):
@@ -174,17 +241,37 @@ def compress_model(base_package: Path, settings: dict, where: str):
     return out, gained
 
 
-def compress_and_gate(stage: str, base_package: Path, base_report: Path, example_inputs: Path,
-                      export_outputs: Path, export_report: Path, settings: dict, gate, out_package: Path,
-                      out_report: Path, out_parity: Path, variant: str, compute_units: str = "CPU_AND_GPU",
-                      default_gate=None) -> dict:
-    """Compress one package, score it, and keep it only if it passes `gate`.
+def bucketed_scorer(example_inputs: Path, export_outputs: Path, export_report: Path, gate,
+                    compute_units: str = "CPU_AND_GPU") -> Callable[[Path], dict]:
+    """A bucketed stage's package scored as rule `parity` scores it (SNR per output vs upstream)."""
+    from anetts.verify.parity import run_parity
+
+    def score(package: Path) -> dict:
+        return run_parity(package, example_inputs, export_outputs, export_report, gate, compute_units=compute_units)
+    return score
+
+
+def scenario_scorer(scenario: Path, export_report: Path, gate, compute_units: str = "CPU_AND_GPU") -> Callable[[Path], dict]:
+    """A scenario stage's package scored as rule `parity_scenario` scores it (per call, and top-1
+    agreement of its logits over the whole scenario)."""
+    from anetts.verify.scenario_parity import run_scenario_parity
+
+    def score(package: Path) -> dict:
+        return run_scenario_parity(package, scenario, export_report, gate, compute_units=compute_units)
+    return score
+
+
+def compress_and_gate(stage: str, base_package: Path, base_report: Path, settings: dict, gate,
+                      score: Callable[[Path], dict], out_package: Path, out_report: Path, out_parity: Path,
+                      variant: str, default_gate=None) -> dict:
+    """Compress one package, score it with `score` (`bucketed_scorer` / `scenario_scorer`), and keep
+    it only if it passes `gate`.
 
     Writes `out_package`, `out_report` (the base convert report's keys, so the manifest writer
     reads it unchanged, plus a `compression` block) and `out_parity`. On a failed gate nothing of
     these exists afterwards; `<out_parity stem>.failed.json` holds the measured report.
     """
-    from anetts.verify.parity import ParityError, run_parity
+    from anetts.verify.parity import ParityError
 
     where = f"variants.{variant}"
     outs = (Path(out_package), Path(out_report), Path(out_parity))
@@ -198,7 +285,7 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, example
     with atomic_outputs(*outs) as (tmp_pkg, tmp_report, tmp_parity):
         mlmodel.save(str(tmp_pkg))
         stabilize_package(tmp_pkg)  # the same inputs give the same bytes (sha256)
-        report = run_parity(tmp_pkg, example_inputs, export_outputs, export_report, gate, compute_units=compute_units)
+        report = score(tmp_pkg)
         report.pop("_arrays", None)  # the base parity job keeps the plot arrays; a variant needs its numbers
         nbytes, wbytes = _bytes(tmp_pkg), _weight_bytes(tmp_pkg)
         base_w = _weight_bytes(base_package)
@@ -208,12 +295,13 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, example
                        "settings": settings, "sizes": sizes})
         if not report["passed"]:
             write_json(failed, report)
-            raise ParityError(f"variant {variant} {stage}/{report['bucket']} failed its gate (min {gate.min_snr_db} dB, "
-                              f"exact >= {gate.min_exact_fraction}): measured {_measured(report)}; nothing was kept; "
-                              f"report: {failed}")
+            raise ParityError(f"variant {variant} {stage}/{report['bucket']} failed its gate ({_gate(report)}): "
+                              f"measured {_measured(report)}; nothing was kept; report: {failed}")
         compressed = {
             **{k: base[k] for k in ("stage", "bucket", "geometry", "deployment_target", "precision", "compute_units",
                                     "inputs", "outputs")},
+            # a scenario stage's package: its functions (sharing the compressed weights) and states
+            **{k: base[k] for k in ("kind", "functions", "default_function") if k in base},
             "package": Path(out_package).name,
             "sha256": tree_sha256(tmp_pkg),
             "bytes": nbytes,
@@ -233,6 +321,13 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, example
     return compressed
 
 
+def _gate(report: dict) -> str:
+    g = report["gate"]
+    if report.get("kind") == "scenario":
+        return f"min {g['min_snr_db']} dB per call, top-1 >= {g['min_top1']}"
+    return f"min {g['min_snr_db']} dB, exact >= {g['min_exact_fraction']}"
+
+
 def _measured(report: dict) -> str:
     """Worst SNR and integer-output exact fractions per gated backend, e.g. `mil 31.2 dB`."""
     parts = []
@@ -242,4 +337,5 @@ def _measured(report: dict) -> str:
         snr = b.get("min_snr_db")
         parts.append(f"{name} {snr:.1f} dB" if snr is not None else f"{name} - dB")
         parts += [f"{name} {o}: {m['exact_fraction']:.3f} exact" for o, m in b["outputs"].items() if "exact_fraction" in m]
+        parts += [f"{name} {o}: top-1 {t['agreement']:.3f}" for o, t in b.get("top1", {}).items()]
     return ", ".join(parts)

@@ -41,5 +41,7 @@ DECLARATION = FamilyDecl(
     reference_code=(f"{_F}/reference.py", f"{_F}/prompt.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
     assets_code=(f"{_F}/assets.py",),
     chain_code=(f"{_F}/chain_check.py", f"{_F}/stages/chain.py"),
+    frame_cost="anetts.models.fish.frame_cost:variant_frame_cost",
+    frame_cost_code=(f"{_F}/frame_cost.py", f"{_F}/config.py"),
     audio=("codec", "audio", 44100),
 )
