@@ -271,6 +271,41 @@ def kmeans_check(root: Path, model: str, stage: str, names: list[str], nbits: in
     return rows
 
 
+def end_to_end(root: Path, model: str, variant: str, combos: list[str]) -> dict:
+    """The model's end-to-end check (config `models.<model>.end_to_end`: texts, gate) on a built variant
+    (`snakemake artifacts/<model>/variants/<variant>/manifest.json`) with only the stages of each
+    combination ("duration+generator", "all", "none") compressed, the others back on their base packages."""
+    import dataclasses
+
+    import yaml
+
+    import anetts
+    from anetts.models.kokoro.end_to_end import check_end_to_end
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    fam = cfg["families"]["kokoro"]["end_to_end"]
+    e2e = {**fam, **cfg["models"][model].get("end_to_end", {})}
+    gate = {**fam["gate"], **cfg["models"][model].get("end_to_end", {}).get("gate", {})}
+    params = {"texts": e2e["texts"], "seed": e2e.get("seed", 0)}
+    mdir = artifacts.model_dir(model, root)
+    out = {}
+    for combo in combos:
+        tts = anetts.load(mdir / "variants" / variant, backend="mil")
+        pk = tts.artifacts.packages
+        every = sorted({e.stage for e in pk.values()})
+        stages = [] if combo == "none" else every if combo == "all" else combo.split("+")
+        for k, e in list(pk.items()):
+            if e.stage not in stages:
+                base = mdir / "packages" / e.stage / Path(e.path).name
+                pk[k] = dataclasses.replace(e, path=base, sha256=json.loads(base.with_suffix(".json").read_text())["sha256"])
+        r = check_end_to_end(tts, mdir / "weights", params, gate)
+        out[combo] = {"compressed": stages, "passed": r["passed"], "checks": r["checks"], "worst": r["worst"],
+                      "waveform_snr_db": [t["waveform_snr_db"] for t in r["texts"]], "gate": gate}
+        print(f"end-to-end {variant} [{combo}]: {'pass' if r['passed'] else 'FAIL'}, waveform "
+              f"{out[combo]['waveform_snr_db']} dB, log-mel gap {r['worst']['log_mel_corr_gap']:.5f}", flush=True)
+    return out
+
+
 def plan(name: str, root: Path, model: str) -> list[dict]:
     """The trials of a named plan."""
     if name == "sweep":  # the stock settings per stage, then the variations tried on the failing stages
@@ -359,11 +394,12 @@ def table(rows: list[dict]) -> str:
 
 def _save(out: Path, model: str, rows: dict, prov: dict) -> None:
     """Write the rows, merged over what another run may have stored meanwhile (ours win)."""
-    stored = json.loads(out.read_text())["rows"] if out.exists() else []
-    merged = {r["label"]: r for r in stored}
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    merged = {r["label"]: r for r in doc.get("rows", [])}
     merged.update(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": model, "rows": list(merged.values()), "provenance": prov}, indent=1) + "\n")
+    doc.update({"model": model, "rows": list(merged.values()), "provenance": prov})
+    out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def main() -> None:
@@ -373,6 +409,8 @@ def main() -> None:
     ap.add_argument("--plan", action="append", default=[], help="sweep | sensitivity:<stage>:<preset>")
     ap.add_argument("--swap", action="append", default=[], help="<stage>:<preset>: swap_sensitivity screen")
     ap.add_argument("--kmeans", action="append", default=[], help="<stage>:<const>[,<const>...]: kmeans_check")
+    ap.add_argument("--end-to-end", nargs="+", metavar=("VARIANT", "STAGES"),
+                    help="a built variant, then stage combinations to run end to end (a+b, or none)")
     ap.add_argument("--trial", action="append", default=[], help="one trial as JSON: label, stage, settings[, only]")
     ap.add_argument("--skip-done", action="store_true", help="skip labels already in the output")
     ap.add_argument("--table", action="store_true", help="print the stored rows and exit")
@@ -390,6 +428,12 @@ def main() -> None:
     trials = [t for name in args.plan for t in plan(name, args.root, args.model)] + [json.loads(t) for t in args.trial]
     prov = provenance()
     mine: dict = {}
+    if args.end_to_end:
+        res = end_to_end(args.root, args.model, args.end_to_end[0], args.end_to_end[1:] or ["all"])
+        doc = json.loads(out.read_text()) if out.exists() else {"model": args.model, "rows": []}
+        doc.setdefault("end_to_end", {})[args.end_to_end[0]] = {**doc.get("end_to_end", {}).get(args.end_to_end[0], {}),
+                                                                 **res, "machine": prov["machine"]}
+        out.write_text(json.dumps(doc, indent=1) + "\n")
     for spec_ in args.kmeans:
         stage, names = spec_.split(":")
         for r in kmeans_check(args.root, args.model, stage, names.split(",")):
@@ -412,6 +456,7 @@ def main() -> None:
         print(table([r]).splitlines()[1], flush=True)
         _save(out, args.model, mine, prov)
     doc = json.loads(out.read_text()) if out.exists() else {"model": args.model, "rows": []}
+    doc.setdefault("rows", [])
     doc["sets"] = summarize_sets({r["label"]: r for r in doc["rows"]}, fp16_weight_bytes(args.root, args.model))
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(table(doc["rows"]))
