@@ -150,3 +150,42 @@ def test_exclude_filter_that_matches_nothing_is_named(built_workflow, tmp_path):
     settings = resolve_settings({"mode": "linear", "exclude_op_types": ["einsum_nope"]}, "variants.v")
     with pytest.raises(CompressionError, match=r"variants\.v\.exclude_op_types: \['einsum_nope'\]"):
         compress_model(pkg, settings, "variants.v")
+
+
+def test_exclude_op_names_resolve_and_validate():
+    from anetts.compile.compress import CompressionError, resolve_settings
+
+    s = resolve_settings({"mode": "palettize", "exclude_op_names": ["b", "a", "b"]}, "variants.v")
+    assert s["exclude_op_names"] == ["a", "b"]
+    assert resolve_settings({"mode": "linear"}, "variants.v")["exclude_op_names"] == []
+    with pytest.raises(CompressionError, match=r"variants\.v\.exclude_op_names"):
+        resolve_settings({"mode": "linear", "exclude_op_names": "conv_0_weight"}, "variants.v")
+    assert not _schema_errors(_variant_config({"v": {"mode": "linear", "exclude_op_names": ["w"]}}))
+    assert "exclude_op_names" in _schema_errors(_variant_config({"v": {"mode": "linear", "exclude_op_names": [1]}}))
+
+
+def test_exclude_op_names_keep_that_weight_and_name_a_miss(built_workflow):
+    from anetts.compile.compress import CompressionError, _ct, compress_model, resolve_settings
+
+    pkg = Path(built_workflow) / "artifacts" / "kokoro-tiny" / "packages" / "decoder_pre" / "3s.mlpackage"
+    settings = resolve_settings({"mode": "linear", "exclude_op_names": ["no_such_weight"]}, "variants.v")
+    with pytest.raises(CompressionError, match=r"variants\.v\.exclude_op_names: \['no_such_weight'\]"):
+        compress_model(pkg, settings, "variants.v")
+
+    def ops(model):
+        prog = model.get_spec().mlProgram
+        return [op for f in prog.functions.values() for b in f.block_specializations.values() for op in b.operations]
+
+    def const_names(model):
+        return {o.name for op in ops(model) if op.type == "const" for o in op.outputs}
+
+    def constexprs(model):
+        return [o.name for op in ops(model) if op.type.startswith("constexpr_") for o in op.outputs]
+
+    base = _ct().models.MLModel(str(pkg), skip_model_load=True)
+    all_in, _ = compress_model(pkg, resolve_settings({"mode": "linear"}, "variants.v"), "variants.v")
+    # a weight the defaults compress (coremltools names its constexpr `<const>_<suffix>`)
+    name = sorted(n for n in const_names(base) - const_names(all_in)
+                  if any(c.startswith(n + "_") for c in constexprs(all_in)))[0]
+    kept, _ = compress_model(pkg, resolve_settings({"mode": "linear", "exclude_op_names": [name]}, "v"), "v")
+    assert name in const_names(kept) and len(constexprs(kept)) == len(constexprs(all_in)) - 1

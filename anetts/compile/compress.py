@@ -28,12 +28,14 @@ log = logging.getLogger(__name__)
 MODES = ("linear", "palettize")
 # Defaults of every compression key, per mode. `weight_threshold` is coremltools' own default
 # (tensors with fewer elements stay uncompressed: their bytes do not matter and small tensors
-# such as biases and norms are the sensitive ones).
+# such as biases and norms are the sensitive ones). `exclude_op_names`: weights (const names, or
+# the names of the ops that consume them) that stay uncompressed, for the few tensors that cost a
+# stage its gate (benchmarks/variants_search.py measures which).
 DEFAULTS = {
     "linear": {"dtype": "int8", "granularity": "per_channel", "block_size": 32, "symmetric": True,
-               "weight_threshold": 2048, "exclude_op_types": []},
+               "weight_threshold": 2048, "exclude_op_types": [], "exclude_op_names": []},
     "palettize": {"nbits": 8, "algorithm": "kmeans", "granularity": "per_tensor", "group_size": 16,
-                  "weight_threshold": 2048, "exclude_op_types": []},
+                  "weight_threshold": 2048, "exclude_op_types": [], "exclude_op_names": []},
 }
 # (setting → first deployment target whose opset has the constexpr op coremltools emits for it)
 _IOS18_ONLY = {
@@ -73,7 +75,10 @@ def resolve_settings(settings: dict, where: str) -> dict:
     for key, least in (("block_size", 1), ("group_size", 1), ("weight_threshold", 0)):
         if key in out and (not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < least):
             raise CompressionError(f"{where}.{key}: {out[key]!r} must be an integer >= {least}")
-    out["exclude_op_types"] = sorted(out["exclude_op_types"])
+    for key in ("exclude_op_types", "exclude_op_names"):
+        if not isinstance(out[key], list) or not all(isinstance(n, str) and n for n in out[key]):
+            raise CompressionError(f"{where}.{key}: {out[key]!r} must be a list of names")
+        out[key] = sorted(set(out[key]))
     return out
 
 
@@ -129,6 +134,25 @@ def _ops(spec) -> list[str]:
         for blk in fn.block_specializations.values():
             walk(blk)
     return types
+
+
+def _op_names(spec) -> set[str]:
+    """Every op's name and output names (what coremltools' op_name_configs may key on)."""
+    names = set()
+
+    def walk(block):
+        for op in block.operations:
+            a = op.attributes.get("name")
+            if a is not None:
+                names.update(a.immediateValue.tensor.strings.values)
+            names.update(o.name for o in op.outputs)
+            for b in op.blocks:
+                walk(b)
+
+    for fn in spec.mlProgram.functions.values():
+        for blk in fn.block_specializations.values():
+            walk(blk)
+    return names
 
 
 def _weight_bytes(package: Path) -> int:
@@ -208,8 +232,13 @@ def compress_model(base_package: Path, settings: dict, where: str):
     if missing:
         raise CompressionError(f"{where}.exclude_op_types: {missing} match no op of {base_package} "
                                f"(its ops: {sorted(t for t in present if t != 'const')})")
+    names = settings.get("exclude_op_names", [])
+    unknown = sorted(set(names) - _op_names(spec)) if names else []
+    if unknown:
+        raise CompressionError(f"{where}.exclude_op_names: {unknown} name no op or weight of {base_package}")
     config = cto.OptimizationConfig(global_config=op_config(settings),
-                                    op_type_configs={t: None for t in settings["exclude_op_types"]} or None)
+                                    op_type_configs={t: None for t in settings["exclude_op_types"]} or None,
+                                    op_name_configs={n: None for n in names} or None)
     fn = cto.linear_quantize_weights if settings["mode"] == "linear" else cto.palettize_weights
     skipped = _SkippedWeights()
     ct_log = logging.getLogger("coremltools")
