@@ -14,7 +14,7 @@ package per tensor; LSTM weights are packed by the executor's kernel and not scr
 `--kmeans <stage>:<const>,...` runs coremltools' own k-means LUT on single weights and scores the
 stage with only that weight replaced by its reconstruction.
 
-    python benchmarks/variants_search.py --model kokoro-82m-onnx --root /work/scratch/kokoro-rw/artifacts \
+    python benchmarks/variants_search.py --model kokoro-82m-onnx --root <scratch copy>/artifacts \
         --plan sweep --swap duration:int8 --kmeans generator:noise_convs_1_weight_to_fp16 \
         [--trial '{"label": "generator:x", "stage": "generator", "settings": {"mode": "linear"}}']
 
