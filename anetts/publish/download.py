@@ -18,6 +18,7 @@ from pathlib import Path
 
 from anetts.publish.layout import PUBLISH_MANIFEST, file_sha256
 from anetts.runtime.errors import ArtifactError, IntegrityError
+from anetts.runtime.manifest import contained_path
 
 log = logging.getLogger(__name__)
 HF_SCHEME = "hf://"
@@ -37,6 +38,15 @@ class HubModel:
     snapshot: Path
     model_dir: Path
     variant: str
+
+    @property
+    def repo_cache(self) -> Path:
+        """The cache's folder of this repo (``models--OWNER--NAME``): its snapshot files link into its ``blobs/``."""
+        return repo_cache(self.snapshot)
+
+
+def repo_cache(snapshot: Path) -> Path:
+    return Path(snapshot).parents[1]  # <cache>/models--OWNER--NAME/snapshots/<commit>
 
 
 def is_hub_uri(value) -> bool:
@@ -77,11 +87,26 @@ def verify_snapshot(snapshot: Path, layout: dict, variant: str) -> Path:
     return _verify(Path(snapshot), layout, variant)
 
 
+def layout_paths(snapshot: Path, layout: dict) -> None:
+    """Every path the publish manifest lists stays inside the snapshot, its links inside the repo's cache;
+    else IntegrityError naming the entry (checked before anything is downloaded, opened or evicted)."""
+    if not isinstance(layout, dict):
+        raise IntegrityError(f"{PUBLISH_MANIFEST} is not a JSON object")
+    entries = [(f"{PUBLISH_MANIFEST} model_dir", layout.get("model_dir"))]
+    entries += [(f"{PUBLISH_MANIFEST} files[{i}].path", f.get("path") if isinstance(f, dict) else f)
+                for i, f in enumerate(layout.get("files") or [])]
+    for name, rels in (layout.get("variants") or {}).items():
+        entries += [(f"{PUBLISH_MANIFEST} variants.{name}[{i}]", rel) for i, rel in enumerate(rels or [])]
+    for what, rel in entries:
+        contained_path(snapshot, rel, what, IntegrityError, resolves_inside=repo_cache(snapshot))
+
+
 def _evict(snapshot: Path, rel: str) -> None:
     """Drop a bad file from the cache (its snapshot link and the blob behind it), so a retry downloads it.
 
-    A commit's snapshot is otherwise trusted as immutable and never fetched again."""
-    link = snapshot / rel
+    A commit's snapshot is otherwise trusted as immutable and never fetched again. ``rel`` is checked
+    again here (inside the snapshot, its link inside the repo's cache): this removes files."""
+    link = contained_path(snapshot, rel, f"{PUBLISH_MANIFEST} entry", IntegrityError, resolves_inside=repo_cache(snapshot))
     blob = link.resolve() if link.is_symlink() else None
     for p in (link, blob):
         if p is not None and (p.exists() or p.is_symlink()):
@@ -89,6 +114,7 @@ def _evict(snapshot: Path, rel: str) -> None:
 
 
 def _verify(snapshot: Path, layout: dict, variant: str) -> Path:
+    layout_paths(snapshot, layout)
     variants = layout.get("variants") or {}
     if variant not in variants:
         raise HubFetchError(f"{PUBLISH_MANIFEST} has no variant {variant!r}; have {sorted(variants)}")
@@ -134,6 +160,7 @@ def fetch(uri: str, *, backend: str | None = None, variant: str | None = None, e
         manifest_path = Path(hf_hub_download(filename=PUBLISH_MANIFEST, revision=revision, **kw))
         commit = manifest_path.parent.name
         layout = json.loads(manifest_path.read_text(encoding="utf-8"))
+        layout_paths(manifest_path.parent, layout)  # before snapshot_download is given its patterns
         patterns = list(layout.get("variants", {}).get(variant, [])) + [PUBLISH_MANIFEST, "README.md", "LICENSE*", "NOTICE*"]
         if variant not in layout.get("variants", {}):
             raise HubFetchError(f"{uri}: {PUBLISH_MANIFEST} has no variant {variant!r}; have {sorted(layout.get('variants', {}))}")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from anetts.artifacts import manifest_path, tree_sha256, write_json
 from anetts.publish.errors import PublishError
+from anetts.runtime.manifest import manifest_paths  # torch-free, like the rest of the manifest reader
 
 LAYOUT_VERSION = 1
 PUBLISH_MANIFEST = "manifest.json"
@@ -71,6 +72,8 @@ def check_gate(model_dir: Path) -> tuple[dict, dict]:
     """
     model_dir = Path(model_dir)
     manifest = _read_json(model_dir / MANIFEST_NAME, "build manifest")
+    # the Hub tree mirrors the model dir: every listed path must lie inside it (a variant's ../../ too)
+    manifest_paths(model_dir, manifest, f"build manifest {model_dir / MANIFEST_NAME}", PublishError, inside=model_dir)
     summary = _read_json(model_dir / "parity_summary.json", "parity summary")
     failed = sorted(model_dir.glob("parity/*/*.failed.json")) + sorted(model_dir.glob("bundles/*.parity.failed.json"))
     if failed:

@@ -56,11 +56,13 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     (e.g. ``"macOS15"``): the oldest OS the caller supports; from macOS15/iOS18 on each stage runs
     from its multifunction bundle, otherwise (and by default) from per-bucket packages.
     """
+    resolves_inside = None
     if isinstance(model_dir, str) and model_dir.startswith("hf://"):
         from anetts.publish.download import fetch
 
-        model_dir = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir).model_dir
-    artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target)
+        hub = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir)
+        model_dir, resolves_inside = hub.model_dir, hub.repo_cache  # its files are links into the cache's blobs
+    artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target, resolves_inside=resolves_inside)
     cls = runtime_class(artifacts.family)  # before the backend loads any package
     # a runtime whose stages need more than StageRunner.run (functions, KV states) brings its own runner
     make = getattr(cls, "make_backend", make_backend)

@@ -1,13 +1,16 @@
 """Read ``artifacts/<model>/manifest.json``: packages, their I/O and geometry, integrity, bucket choice.
 
-The manifest is the only thing the runtime trusts about a model directory. Loading checks its
-structure and that every listed file exists (cheap); the sha256 of a package is checked lazily,
+The manifest is the only thing the runtime trusts about a model directory. Loading checks that
+every path it lists stays inside the model directory (:func:`manifest_paths`, shared by `anetts
+verify` and publishing, since all of them open or remove what it lists), its structure and that
+every listed file exists (cheap); the sha256 of a package is checked lazily,
 the first time a backend uses it (:meth:`ModelArtifacts.verify`), so starting up stays fast and a
 tampered package still fails before it runs.
 """
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +35,82 @@ def bundles_supported(deployment_target: str) -> bool:
             except ValueError:
                 break
     raise ArtifactError(f"unknown deployment target {deployment_target!r}; expected e.g. macOS14, macOS15, iOS18")
+
+
+def contained_path(root: Path, rel, what: str, error: type[Exception] = ArtifactError, *,
+                   inside: Path | None = None, resolves_inside: Path | None = None) -> Path:
+    """``root / rel`` for a path a manifest lists, once it cannot reach outside; else ``error`` naming ``what``.
+
+    ``rel`` must be a relative POSIX path in normal form (no ``.``/empty part, no backslash, no ``..``
+    except leading ones that stay inside ``inside``, default ``root``), and the path, every symlink on
+    the way followed, must resolve inside ``resolves_inside`` (default ``inside``). Existence is not
+    checked: callers say what a missing file means to them.
+    """
+    inside = Path(inside if inside is not None else root)
+    if not isinstance(rel, str) or not rel:
+        raise error(f"{what}: path {rel!r} is not a non-empty string")
+    if os.path.isabs(rel) or "\\" in rel or os.path.normpath(rel) != rel or rel == ".":
+        raise error(f"{what}: path {rel!r} is not a normalized relative path (no absolute path, no '.', "
+                    f"'..' inside it or backslash); a manifest may only list files inside its model directory")
+    path = Path(root) / rel
+    lexical, bound = Path(os.path.normpath(path)), Path(os.path.normpath(inside))
+    if lexical == bound or not lexical.is_relative_to(bound):
+        raise error(f"{what}: path {rel!r} points outside the model directory {inside}")
+    bound = Path(resolves_inside if resolves_inside is not None else inside).resolve()
+    real = path.resolve()  # follows every symlink on the way, the file's own too
+    if real == bound or not real.is_relative_to(bound):
+        raise error(f"{what}: path {rel!r} resolves to {real}, outside {bound} (a symlink out of the model directory)")
+    return path
+
+
+# Where a build manifest (anetts.compile.manifest.build_manifest) names files: lists of entries and
+# the keys of each that hold a path (dotted: nested).
+PATH_KEYS = {
+    "packages": ("path", "torchscript", "example_inputs", "parity.report"),
+    "bundles": ("path", "parity.report"),
+    "assets": ("path",),
+    "chain": ("report",),
+    "end_to_end": ("report",),
+}
+
+
+def model_root(model_dir: Path, manifest: dict) -> Path:
+    """The directory a manifest's paths must stay in: the model dir, or for a variant
+    (``<model>/variants/<name>/``, `anetts.artifacts.variant_dir`) its model's dir, whose
+    uncompressed packages and weights it lists as ``../../<path>``."""
+    model_dir = Path(model_dir)
+    if isinstance(manifest.get("variant"), dict) and model_dir.parent.name == "variants":
+        return model_dir.parent.parent
+    return model_dir
+
+
+def manifest_paths(model_dir: Path, manifest: dict, where: str, error: type[Exception] = ArtifactError, *,
+                   inside: Path | None = None, resolves_inside: Path | None = None) -> list[tuple[str, Path]]:
+    """(entry, path) of every path a build manifest lists, each checked by :func:`contained_path`.
+
+    Called wherever a manifest is read, before anything it lists is opened or removed. ``inside``:
+    default :func:`model_root`; ``resolves_inside``: where symlinks may lead (a Hub download's
+    files are links into its cache's blob store). A malformed entry is left to the caller's
+    structure checks; a path-valued key that is not a safe path is ``error`` naming the entry.
+    """
+    if not isinstance(manifest, dict):
+        raise error(f"{where}: expected a JSON object")
+    model_dir = Path(model_dir)
+    inside = model_root(model_dir, manifest) if inside is None else inside
+    found = []
+    if "weights_dir" in manifest:
+        found.append((f"{where} weights_dir", manifest["weights_dir"]))
+    for section, keys in PATH_KEYS.items():
+        entries = manifest.get(section) or []
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            for key in keys:
+                value = entry
+                for part in key.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                if value is not None:
+                    found.append((f"{where} {section}[{i}].{key}", value))
+    return [(what, contained_path(model_dir, rel, what, error, inside=inside, resolves_inside=resolves_inside))
+            for what, rel in found]
 
 
 def _tensor(d: dict, where: str) -> TensorSpec:
@@ -115,10 +194,12 @@ class ModelArtifacts:
     # ----------------------------------------------------------------- loading
 
     @classmethod
-    def load(cls, model_dir: str | Path, deployment_target: str | None = None) -> "ModelArtifacts":
+    def load(cls, model_dir: str | Path, deployment_target: str | None = None, *,
+             resolves_inside: Path | None = None) -> "ModelArtifacts":
         """``deployment_target``: the oldest OS the caller must run on. From macOS15/iOS18 on, stages
         run from their multifunction bundle (one package, weights shared across buckets); older
-        targets, or None, use the per-bucket packages."""
+        targets, or None, use the per-bucket packages. ``resolves_inside``: where the listed files'
+        symlinks may lead (default: the model dir; a Hub download's lead into its cache)."""
         model_dir = Path(model_dir).expanduser()
         if model_dir.is_file() and model_dir.name == MANIFEST_NAME:
             model_dir = model_dir.parent
@@ -130,15 +211,17 @@ class ModelArtifacts:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             raise ArtifactError(f"cannot read manifest {path}: {e}") from e
-        return cls.from_manifest(model_dir, manifest, deployment_target, where=str(path))
+        return cls.from_manifest(model_dir, manifest, deployment_target, where=str(path),
+                                 resolves_inside=resolves_inside)
 
     @classmethod
     def from_manifest(cls, model_dir: str | Path, manifest: dict, deployment_target: str | None = None,
-                      where: str = "manifest") -> "ModelArtifacts":
+                      where: str = "manifest", resolves_inside: Path | None = None) -> "ModelArtifacts":
         """A manifest already in memory (`anetts.compile.manifest.build_manifest`), paths relative to `model_dir`."""
         model_dir = Path(model_dir)
         if not isinstance(manifest, dict):
             raise ArtifactError(f"{where}: expected a JSON object")
+        manifest_paths(model_dir, manifest, where, resolves_inside=resolves_inside)
         family = _require(manifest, "family", where)
         try:
             declared = tuple(declaration(family).stages)

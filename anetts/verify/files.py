@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anetts.artifacts import clear_outputs, tree_sha256
+from anetts.runtime.manifest import manifest_paths
 
 
 class VerifyError(RuntimeError):
@@ -44,6 +45,10 @@ def manifested_files(model_dir: Path) -> list[tuple[Path, str]]:
         manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise VerifyError(f"{manifest_file}: not valid JSON ({e}); delete it and rebuild") from e
+    if not isinstance(manifest, dict):
+        raise VerifyError(f"{manifest_file}: not a manifest (expected a JSON object); delete it and rebuild")
+    # before anything listed is hashed or removed: --repair must never reach outside the model dir
+    manifest_paths(model_dir, manifest, str(manifest_file), VerifyError)
     out = []
     for entry in (*manifest.get("packages", []), *manifest.get("bundles", [])):
         out.append((model_dir / entry["path"], entry["sha256"]))
