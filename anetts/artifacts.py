@@ -144,11 +144,15 @@ def clear_outputs(*paths: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_outputs(*finals: Path):
+def atomic_outputs(*finals: Path, keep_previous: bool = False, durable: bool = False):
     """Yield temporary paths beside `finals`; move them into place only if the block succeeds.
 
-    A failure (exception) removes the temporaries and any stale finals, so nothing that looks
-    like a good artifact survives a failed step.
+    A failure (exception) removes the temporaries and, for a build step, any stale finals, so
+    nothing that looks like a good artifact survives a failed step. ``keep_previous``: a failure
+    leaves an existing final as it was (a file the user named; see :func:`atomic_file`).
+    ``durable``: each temporary file is fsynced before its rename and the directory after it, so
+    a crash or power loss cannot leave a renamed but empty file. A temporary keeps its final's
+    suffix, so writers that pick the format by extension (soundfile, numpy) write the same thing.
     """
     finals = tuple(Path(p) for p in finals)
     temps = []
@@ -163,13 +167,35 @@ def atomic_outputs(*finals: Path):
         for tmp, final in zip(temps, finals):
             if not tmp.exists():
                 raise FileNotFoundError(f"step did not produce {final}")
+            if durable and tmp.is_file():
+                _fsync(tmp)
         for tmp, final in zip(temps, finals):
-            _remove(final)
+            if not keep_previous or tmp.is_dir() or final.is_dir():  # a rename cannot replace a directory
+                _remove(final)
             os.replace(tmp, final)
+            if durable:
+                _fsync(final.parent)
     except BaseException:
-        for p in (*temps, *finals):
+        for p in (*temps, *(() if keep_previous else finals)):
             _remove(p)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(final: Path):
+    """``with atomic_file(out) as tmp: write(tmp)``: a file the user asked for (``anetts speak -o``,
+    the server's outputs), written beside ``out`` and renamed over it only once complete and on disk.
+    A failure (a full disk, an interrupt) leaves ``out`` as it was, or absent, and no temporary."""
+    with atomic_outputs(final, keep_previous=True, durable=True) as (tmp,):
+        yield tmp
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # -- compressed variants (rules/compress.smk): artifacts/<model>/variants/<variant>/ mirrors the

@@ -491,9 +491,9 @@ def main(argv=None) -> int:
         validate_bench(result, "bench result")
         when = _dt.datetime.strptime(result["created_utc"], "%Y-%m-%dT%H:%M:%SZ")
         out = args.output or bench_path(args.model_dir, result["chip"], result["backend"], when)
-        with artifacts.atomic_outputs(out) as (tmp,):
+        with artifacts.atomic_file(out) as tmp:
             artifacts.write_json(tmp, result)
-    except (BenchError, TTSError) as e:
+    except (BenchError, TTSError, OSError) as e:
         print(f"anetts bench: error: {e}", file=sys.stderr)
         return 1
     for r in result["end_to_end"]:

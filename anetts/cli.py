@@ -7,6 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
+from anetts.artifacts import atomic_file
+
 DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
 
 
@@ -154,8 +156,8 @@ def _speak(args) -> int:
         print("anetts speak: error: synthesis produced no audio", file=sys.stderr)
         return 1
     try:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(str(args.output), audio, tts.sample_rate, subtype="FLOAT")
+        with atomic_file(args.output) as tmp:  # a full disk leaves no short wav, and an old file as it was
+            sf.write(str(tmp), audio, tts.sample_rate, subtype="FLOAT")
     except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
         print(f"anetts speak: error: cannot write {args.output}: {e}", file=sys.stderr)
         return 1
@@ -230,13 +232,14 @@ def _speak_fish(args, tts, text) -> int:
     how = (f"{codes.shape[0]} frames in {total:.2f} s ({len(stops)} chunk(s), stops {stops}, "
            f"first block at {first or 0:.2f} s, backend {tts.backend.name})")
     try:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         if tts.has_codec and args.output.suffix.lower() == ".wav":
-            sf.write(str(args.output), np.concatenate(audio), tts.sample_rate, subtype="FLOAT")
+            with atomic_file(args.output) as tmp:
+                sf.write(str(tmp), np.concatenate(audio), tts.sample_rate, subtype="FLOAT")
             print(f"wrote {args.output}: {seconds:.2f} s of audio at {tts.sample_rate} Hz, {how}")
         else:
             out = args.output.with_suffix(".npy")
-            np.save(out, codes)
+            with atomic_file(out) as tmp:
+                np.save(tmp, codes)
             why = "this build has no codec stage, so no audio; " if not tts.has_codec else ""
             print(f"wrote {out}: codes ({codes.shape[0]}, 10) int64 = {seconds:.2f} s of speech once decoded "
                   f"({why}{how})")

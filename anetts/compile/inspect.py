@@ -23,6 +23,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from anetts.artifacts import atomic_file
+
 WIDTH_LIMIT = 16384
 MAX_RANK = 5
 
@@ -661,8 +663,12 @@ def main(argv=None) -> int:
             print(f"  compute plan {fname} ({cp['compute_units']}): ops by device {cp['by_device']}, "
                   f"ANE op fraction {cp['ane_op_fraction']:.2f}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
+        try:
+            with atomic_file(args.json) as tmp:
+                tmp.write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
+        except OSError as e:
+            print(f"anetts inspect: cannot write {args.json}: {e}", file=sys.stderr)
+            return 1
     try:
         apply_lint_policy(info["lint"], args.fatal)
     except LintError as e:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from anetts.artifacts import atomic_file
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -108,8 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  time over {args.time} runs: min {min(times) * 1000:.1f} ms, median {np.median(times) * 1000:.1f} ms")
     if args.output:
         out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(out, **outputs)
+        try:
+            with atomic_file(out) as tmp:
+                np.savez(tmp, **outputs)
+        except OSError as exc:
+            print(f"run-mil: cannot write {out}: {exc}", file=sys.stderr)
+            return 1
         print(f"  wrote {out}")
     return 0
 
