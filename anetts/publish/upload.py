@@ -4,17 +4,18 @@ Order: gate (no network) -> token present -> Hub reachable and the token accepte
 -> stage -> repo created if missing -> remote tree listed -> plan (added, changed, deleted
 against the remote head) -> one ``create_commit`` holding every operation, with the remote head as
 ``parent_commit`` so a concurrent change fails it instead of being overwritten. A Hub failure
-anywhere leaves the branch as it was: the Hub applies a commit whole or not at all.
+anywhere leaves the branch as it was: the Hub applies a commit whole or not at all. A dry run
+needs neither token nor network: without them it stages and lists the tree, saying it could not
+compare it with the remote.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anetts.artifacts import write_json
+from anetts.artifacts import atomic_file, write_json
 from anetts.provenance import provenance
 from anetts.publish.errors import PublishError
 from anetts.publish.layout import PUBLISH_MANIFEST, check_gate, file_sha256, stage_tree
@@ -72,9 +73,13 @@ def _token(token: str | None) -> str:
 
 def _connect(api, repo_id: str):
     import requests
+    from huggingface_hub.errors import OfflineModeIsEnabled
 
     try:
         return api.whoami()
+    except OfflineModeIsEnabled as e:  # a builtin ConnectionError, not requests'
+        raise PublishError(f"Hugging Face offline mode is on (HF_HUB_OFFLINE): cannot reach the Hub at {api.endpoint}; "
+                           f"nothing was sent for {repo_id}") from e
     except requests.exceptions.ConnectionError as e:
         raise PublishError(f"cannot reach the Hub at {api.endpoint} ({type(e).__name__}); nothing was sent for {repo_id}") from e
     except requests.exceptions.HTTPError as e:  # whoami re-raises a 401 as a plain HTTPError
@@ -136,11 +141,21 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", priv
     out = publish_dir(model_dir)
     tree = out / "tree"
     gated = check_gate(model_dir)  # no network needed to learn that a tree may not be published
-    tok = _token(token)
-    api = _api(endpoint, tok)
-    _connect(api, repo_id)
+    try:
+        api = _api(endpoint, _token(token))
+        _connect(api, repo_id)
+    except PublishError as e:
+        if not dry_run:
+            raise
+        api, unreachable = None, e
     manifest = stage_tree(model_dir, tree, repo_id, gated)
     echo(f"staged {len(manifest['files'])} files of {manifest['model']} in {tree}")
+    if api is None:  # a dry run without token or Hub: the staged tree, not a plan
+        echo(f"could not compare with the remote {repo_id}@{revision}: {unreachable}")
+        staged = sorted(f for f in tree.rglob("*") if f.is_file())  # the files and the manifest listing them
+        echo("\n".join(f"  {f.relative_to(tree).as_posix()} ({f.stat().st_size} bytes)" for f in staged))
+        echo("dry run: nothing was sent")
+        return {"dry_run": True, "compared": False, "files": manifest["files"]}
     if not dry_run:
         api.create_repo(repo_id, private=private, exist_ok=True)
     head, remote = remote_files(api, repo_id, revision)
@@ -174,9 +189,8 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", priv
               "load": f"hf://{repo_id}@{commit}", "variants": sorted(manifest["variants"]),
               "files": len(manifest["files"]), "plan": {k: len(v) for k, v in plan.__dict__.items() if isinstance(v, list)},
               "manifest_sha256": file_sha256(tree / PUBLISH_MANIFEST), "provenance": project}
-    tmp = out / f".{PUBLISHED}.tmp"
-    write_json(tmp, record)
-    os.replace(tmp, out / PUBLISHED)
+    with atomic_file(out / PUBLISHED) as tmp:
+        write_json(tmp, record)
     return record
 
 
