@@ -15,7 +15,9 @@ SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yam
 def schema() -> dict:
     import yaml
 
-    return yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+    # libyaml's loader where PyYAML has it: the Snakefile reads this at every parse (no-op runs too)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(SCHEMA.read_text(encoding="utf-8"), Loader=loader)
 
 
 def _defaults(properties: dict) -> dict:

@@ -4,7 +4,10 @@ import os
 import sys
 
 
-def setup(snakemake) -> logging.Logger:
+def setup(snakemake, torch: bool = True, coremltools: bool = False) -> logging.Logger:
+    """`torch`: the job runs torch (its thread count is set to the rule's threads); `coremltools`: the
+    job writes or reads packages (coremltools imported first, without its unused probes: anetts.imports).
+    Each costs seconds of start-up (docs/startup.md), so a job asks only for what it uses."""
     # this checkout's package first, even when another anetts is installed
     sys.path.insert(0, os.path.dirname(os.path.abspath(snakemake.scriptdir)))
     handler = logging.FileHandler(snakemake.log[0], mode="w") if snakemake.log else logging.StreamHandler()
@@ -12,7 +15,12 @@ def setup(snakemake) -> logging.Logger:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for noisy in ("coremltools", "numexpr", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    import torch
+    if coremltools:
+        from anetts import imports
 
-    torch.set_num_threads(max(1, snakemake.threads))
+        imports.coremltools()
+    if torch:
+        import torch as _torch
+
+        _torch.set_num_threads(max(1, snakemake.threads))
     return logging.getLogger(f"anetts.rule.{snakemake.rule}")

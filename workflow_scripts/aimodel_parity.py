@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.families import get_family
 from anetts.verify.aimodel_parity import run_aimodel_parity
 from anetts.verify.parity import Gate, check_parity

@@ -4,7 +4,7 @@ from pathlib import Path
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.artifacts import atomic_outputs, write_json
 from anetts.compile.bundle import bundle_packages, function_name
 

@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.verify.chain import check_chain_report
 
 check_chain_report(snakemake.params.family, dict(zip(snakemake.params.stages, snakemake.input.packages)),

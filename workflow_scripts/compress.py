@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.compile.compress import bucketed_scorer, compress_and_gate, scenario_scorer
 from anetts.options import Gate
 

@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.compile.convert import ConvertOptions, convert_package
 
 convert_package(snakemake.input.torchscript, snakemake.input.export_report, snakemake.output.package,

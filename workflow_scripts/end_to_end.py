@@ -4,7 +4,7 @@ from pathlib import Path
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.verify.end_to_end import check_end_to_end_report
 
 inp = snakemake.input

@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, coremltools=True)
 from anetts.options import Gate
 from anetts.verify.scenario_parity import check_scenario_parity, run_scenario_parity
 

@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, torch=False)
 from anetts.verify.summary import write_summary
 
 out = snakemake.output

@@ -15,9 +15,11 @@ from anetts.stage import Family
 
 
 def _load_model(weights_dir: Path, stage: str | None = None):
-    # Kokoro is 82M parameters: every stage loads the whole upstream KModel (a family with
-    # billions, like Fish, loads only the layers of `stage`)
-    return _weights.prepare_for_trace(_weights.load_kmodel(weights_dir))
+    # the shared reference run (stage None) and stages wrapping ALBERT load the whole upstream KModel;
+    # the others only the components they wrap (start-up: no transformers for the decoder)
+    components = FAMILY.stage(stage).components if stage is not None else None
+    model = _weights.load_kmodel(weights_dir) if components is None else _weights.load_components(weights_dir, components)
+    return _weights.prepare_for_trace(model)
 
 
 def _make_reference(model, weights_dir: Path, seconds: int) -> dict:

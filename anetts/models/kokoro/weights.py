@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from anetts import imports
 from anetts.models.kokoro.dsp import KOKORO
 
 log = logging.getLogger(__name__)
@@ -32,14 +33,50 @@ class WeightsError(ValueError):
     """A weights directory or checkpoint that cannot be used; the message names the culprit."""
 
 
-def _quiet_kmodel(config: dict, checkpoint: Path):
-    from kokoro.model import KModel
-
+def _quietly(build):
     with warnings.catch_warnings():
         # upstream's LSTM dropout / deprecated weight_norm warnings are noise for us
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", FutureWarning)
-        return KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(checkpoint)).eval()
+        return build()
+
+
+def _quiet_kmodel(config: dict, checkpoint: Path):
+    # kokoro.model without kokoro/__init__.py, which also imports the text pipeline (misaki, spaCy)
+    (model,) = imports.submodules("kokoro", "model")
+    return _quietly(lambda: model.KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(checkpoint)).eval())
+
+
+def _build_component(name: str, config: dict) -> torch.nn.Module:
+    """One KModel component from upstream's own class, with the arguments `KModel.__init__` passes
+    (kokoro/model.py); tests/test_weights.py checks it against KModel's."""
+    if name == "predictor":  # kokoro.modules still imports transformers (for CustomAlbert)
+        (modules,) = imports.submodules("kokoro", "modules")
+        return modules.ProsodyPredictor(style_dim=config["style_dim"], d_hid=config["hidden_dim"],
+                                        nlayers=config["n_layer"], max_dur=config["max_dur"], dropout=config["dropout"])
+    if name == "decoder":  # kokoro.istftnet needs torch only
+        (istftnet,) = imports.submodules("kokoro", "istftnet")
+        return istftnet.Decoder(dim_in=config["hidden_dim"], style_dim=config["style_dim"], dim_out=config["n_mels"],
+                                disable_complex=False, **config["istftnet"])
+    raise KeyError(f"no standalone builder for KModel component {name!r}; known: predictor, decoder")
+
+
+def load_components(weights_dir: Path, names: tuple[str, ...]) -> torch.nn.Module:
+    """Only the KModel components `names` (attributes `predictor`, `decoder`, plus `vocab`), their
+    tensors alone read from the (validated) checkpoint: a stage that runs the decoder needs neither
+    ALBERT nor transformers."""
+    weights_dir = Path(weights_dir)
+    config = read_config(weights_dir)
+    parts = torch.nn.Module()
+    for name in names:
+        parts.add_module(name, _quietly(lambda: _build_component(name, config)))
+    # mmap: only the tensors of `names` are read from disk
+    checkpoint = torch.load(weights_dir / CHECKPOINT_NAME, map_location="cpu", weights_only=True, mmap=True)
+    for name in names:
+        # strict: validation guarantees every tensor is there (KModel falls back to strict=False)
+        getattr(parts, name).load_state_dict(_strip_module_prefix(checkpoint[name]))
+    parts.vocab = config["vocab"]
+    return parts.eval()
 
 
 def init_kmodel(config: dict, scratch_dir: Path):

@@ -10,7 +10,6 @@ from anetts.stage import Stage
 EXAMPLE_VOICE = "af_heart"  # falls back to the first voice present (synthetic packs are syn_*)
 
 
-
 def seconds_geometry(seconds: int) -> dict[str, int]:
     # one geometry for build and runtime: dsp.KOKORO
     return {
@@ -24,6 +23,10 @@ def seconds_geometry(seconds: int) -> dict[str, int]:
 
 class KokoroStage(Stage):
     """A Kokoro stage bucketed either by tokens (`t128`) or by seconds of audio (`10s`)."""
+
+    # the KModel components `build` wraps, when the stage can be built from them alone (without
+    # ALBERT; weights.load_components); None: the whole KModel
+    components: tuple[str, ...] | None = None
 
     @property
     def decl(self):

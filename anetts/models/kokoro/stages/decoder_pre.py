@@ -44,6 +44,7 @@ class DecoderPreModule(nn.Module):
 
 class DecoderPreStage(KokoroStage):
     name = "decoder_pre"
+    components = ("decoder",)
     description = "Kokoro decoder encode/decode blocks (the ANE candidate)"
 
     def spec(self, size: int) -> BucketSpec:

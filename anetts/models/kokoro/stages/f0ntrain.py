@@ -37,6 +37,7 @@ class F0NModule(nn.Module):
 
 class F0NtrainStage(KokoroStage):
     name = "f0ntrain"
+    components = ("predictor",)
     description = "Kokoro F0 and noise predictor"
 
     def spec(self, size: int) -> BucketSpec:

@@ -108,6 +108,7 @@ class GeneratorModule(nn.Module):
 
 class GeneratorStage(KokoroStage):
     name = "generator"
+    components = ("decoder",)
     description = "Kokoro iSTFTNet generator from host-computed har"
 
     def spec(self, size: int) -> BucketSpec:
