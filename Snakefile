@@ -5,10 +5,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
-
-
-include: "rules/common.smk"
+include: "rules/common.smk"  # reads config.yaml
 include: "rules/weights.smk"
 include: "rules/assets.smk"
 include: "rules/reference.smk"

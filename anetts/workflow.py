@@ -41,6 +41,25 @@ MODEL_OVERLAYS = ("stages", "end_to_end")
 SCHEMA_PATH = _PKG.parent / "schemas" / "config.schema.yaml"
 
 
+def check_yaml_syntax(path: str | Path) -> None:
+    """A YAML syntax error in `path` as a ConfigError with its line and column (Snakemake's own
+    message for a config file it cannot parse names neither)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        return  # Snakemake names a missing config file itself
+    try:
+        yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as e:
+        def at(mark):
+            return f"line {mark.line + 1}, column {mark.column + 1}"
+
+        where = at(e.problem_mark or e.context_mark)
+        context = f" ({e.context} at {at(e.context_mark)})" if e.context and e.context_mark else ""
+        raise ConfigError(f"{path}: YAML syntax error at {where}: {e.problem or e.context}{context}") from None
+
+
 def validate_config(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     """Validate `config` against the schema (Snakemake's validator: defaults filled in), leaving a
     model's overlay blocks as written."""

@@ -1,0 +1,81 @@
+"""A build killed with `kill -9` recovers on the next plain `snakemake` run (anetts.recovery):
+no LockException, the killed build's job stops by itself, and its temporaries are removed."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from anetts.artifacts import is_temporary
+
+from workflow_helpers import REPO, SNAKEMAKE, run_snakemake
+
+MODEL = "kokoro-tiny"
+PACKAGE = f"artifacts/{MODEL}/packages/generator/3s.mlpackage"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _temporaries(work: Path) -> list[Path]:
+    return [p for p in (work / "artifacts").rglob(".*") if is_temporary(p.name)]
+
+
+def _start_and_kill_while_converting(work: Path, kill_job_too: bool) -> list[int]:
+    """Start `snakemake PACKAGE`; once its convert job has a temporary package beside the target,
+    kill -9 Snakemake (and the job too if asked). Returns the pids of its jobs."""
+    build = subprocess.Popen([*SNAKEMAKE, PACKAGE], cwd=work, env=dict(os.environ, PYTHONPATH=str(work)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not _temporaries(work):
+        assert build.poll() is None, "the build ended before it wrote a temporary"
+        assert time.monotonic() < deadline, "no temporary beside the package after 600 s"
+        time.sleep(0.05)
+    jobs = _children(build.pid)
+    assert jobs
+    os.kill(build.pid, signal.SIGKILL)
+    for job in jobs if kill_job_too else ():
+        os.kill(job, signal.SIGKILL)
+    build.wait()
+    return jobs
+
+
+def test_a_build_killed_with_kill_9_recovers_by_itself(built_workflow, tmp_path):
+    work = tmp_path / "wf"
+    shutil.copytree(built_workflow, work, symlinks=True)
+    shutil.copytree(REPO / "profiles", work / "profiles")  # the README's build command reads profiles/default
+    shutil.rmtree(work / PACKAGE)  # one convert job to do
+
+    # kill -9 of Snakemake alone: its job notices and stops instead of writing on in the background
+    jobs = _start_and_kill_while_converting(work, kill_job_too=False)
+    assert any((work / ".snakemake" / "locks").iterdir())  # what made the next run stop before
+    deadline = time.monotonic() + 30
+    while any(_alive(j) for j in jobs):
+        assert time.monotonic() < deadline, f"the killed build's jobs {jobs} still run after 30 s"
+        time.sleep(0.2)
+
+    # kill -9 of Snakemake and its job: the job's temporaries stay behind for the next run
+    _start_and_kill_while_converting(work, kill_job_too=True)
+    left = _temporaries(work) + list((work / ".snakemake" / "anetts" / "tmp").iterdir())
+    assert left
+
+    proc = run_snakemake(work, PACKAGE)  # the plain command again: no --unlock, no flag
+    assert "LockException" not in proc.stdout + proc.stderr
+    assert "removed Snakemake's locks" in proc.stderr
+    assert not [p for p in left if p.exists()] and not _temporaries(work)
+    assert not list((work / ".snakemake" / "anetts" / "tmp").iterdir())  # each job removes its own
+    assert (work / PACKAGE / "Manifest.json").is_file()
