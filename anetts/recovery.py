@@ -2,9 +2,10 @@
 
 What a killed build leaves, and who clears it:
 - Snakemake's locks (`.snakemake/locks/`): the next build would stop with LockException. The main
-  process of every build holds an exclusive `flock` on `.snakemake/anetts/build.lock` for its
-  lifetime; the kernel drops it when the process dies, however it dies. So a build that gets
-  it knows no other build of this directory is alive, and removes the locks left behind.
+  process of every Snakemake run holds a shared `flock` on `.snakemake/anetts/build.lock` for its
+  lifetime; the kernel drops it when the process dies, however it dies. A run that can take it
+  exclusively knows no other run of this directory is alive, and removes the locks left behind
+  (then holds it shared like the others).
 - Its running jobs: they are children of the killed process and would keep writing outputs the next
   build reruns. Each job watches its parent and stops (KeyboardInterrupt, so its temporaries are
   removed) when it is gone; and holds a shared `flock` on `jobs.lock`, which the next build takes
@@ -52,33 +53,40 @@ def _lock_file(path: Path):
 def recover(workdir: Path = Path("."), *, job_wait_s: float = 60.0) -> bool:
     """Called by the main Snakemake process while it reads the Snakefile, before Snakemake locks.
 
-    Returns False (and changes nothing) when another live build holds this directory: then
+    Returns False (and changes nothing) while another run of this directory is alive: then
     Snakemake's own lock refuses this one if it would write the same files, as before.
     """
     snakemake_dir = Path(workdir).resolve() / ".snakemake"
     state = snakemake_dir / "anetts"
-    build = _lock_file(state / "build.lock")
+    alive = _lock_file(state / "build.lock")
+    _held.append(alive)
+    os.environ[STATE_ENV] = str(state)  # inherited by every job this run starts
     try:
-        fcntl.flock(build, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(alive, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        build.close()
+        fcntl.flock(alive, fcntl.LOCK_SH)  # (waits while another run recovers)
         return False
-    _held.append(build)
-    os.environ[STATE_ENV] = str(state)  # inherited by every job this build starts
+    try:
+        _clear_killed_build(snakemake_dir, state, Path(workdir), job_wait_s)
+    finally:
+        fcntl.flock(alive, fcntl.LOCK_SH)  # alive, like every other run, until this process ends
+    return True
+
+
+def _clear_killed_build(snakemake_dir: Path, state: Path, workdir: Path, job_wait_s: float) -> None:
     _await_jobs(state, job_wait_s)
     locks = snakemake_dir / "locks"
     if locks.is_dir() and any(locks.iterdir()):
         shutil.rmtree(locks)
         _say("removed Snakemake's locks left by a build that is no longer running")
-    stale = [p for p in _temporaries(Path(workdir) / ARTIFACTS)]
-    if (state / "tmp").exists():
-        stale.append(state / "tmp")
+    stale = _temporaries(workdir / ARTIFACTS)
+    if (state / "tmp").is_dir():  # each job removes its own when it ends; these are the killed ones'
+        stale += sorted((state / "tmp").iterdir())
     for p in stale:
         shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     if stale:
         _say(f"removed {len(stale)} temporaries left by a killed build: "
              + ", ".join(str(p) for p in stale[:5]) + (" ..." if len(stale) > 5 else ""))
-    return True
 
 
 def _temporaries(root: Path) -> list[Path]:

@@ -276,6 +276,12 @@ class WorkflowConfig:
         return [str(artifacts.export_inputs(model, s, b, self.stage_kind(model, s)))
                 for s in self.stages(model) for b in self.buckets(model, s)]
 
+    def manifested_outputs(self, model: str) -> list[str]:
+        """Every build output the manifest lists a file of. Targets of `all` too: Snakemake does not
+        rebuild a deleted input of an output it judges up to date (the manifest), only a missing target."""
+        return [*self.packages(model), *self.torchscripts(model), *self.example_inputs(model), *self.bundles(model),
+                str(artifacts.assets_dir(model))]
+
     def bundle_parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.bundled_stages(model)]
 

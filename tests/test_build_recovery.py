@@ -32,7 +32,8 @@ def _alive(pid: int) -> bool:
 
 
 def _temporaries(work: Path) -> list[Path]:
-    return [p for p in (work / "artifacts").rglob(".*") if is_temporary(p.name)]
+    # os.walk, not rglob: the running build renames and removes folders under it meanwhile
+    return [Path(d) / n for d, dirs, files in os.walk(work / "artifacts") for n in (*dirs, *files) if is_temporary(n)]
 
 
 def _start_and_kill_while_converting(work: Path, kill_job_too: bool) -> list[int]:
@@ -67,6 +68,8 @@ def test_a_build_killed_with_kill_9_recovers_by_itself(built_workflow, tmp_path)
     while any(_alive(j) for j in jobs):
         assert time.monotonic() < deadline, f"the killed build's jobs {jobs} still run after 30 s"
         time.sleep(0.2)
+    # it was saving the package: on its own it would have finished and renamed it into place
+    assert not (work / PACKAGE).exists() and not _temporaries(work)
 
     # kill -9 of Snakemake and its job: the job's temporaries stay behind for the next run
     _start_and_kill_while_converting(work, kill_job_too=True)

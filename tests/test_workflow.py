@@ -181,6 +181,17 @@ def test_repairing_one_voice_rebuilds_every_asset(built_workflow, tmp_path):
     assert _verify(work, model_dir).returncode == 0
 
 
+def test_a_deleted_package_is_rebuilt_although_the_manifest_is_there(built_workflow, tmp_path):
+    """Snakemake does not rebuild a deleted input of an output it judges up to date (it said
+    "Nothing to be done"); every manifested output is a target of `all` as well."""
+    import shutil
+
+    work, model_dir = _build_copy(built_workflow, tmp_path / "wf")
+    shutil.rmtree(model_dir / "packages" / "f0ntrain" / "3s.mlpackage")
+    jobs = planned_jobs(work)
+    assert jobs["convert"] == 1 and jobs["manifest"] == 1 and "export" not in jobs
+
+
 def test_repair_of_a_read_only_model_dir_is_a_clear_error_and_removes_nothing(built_workflow, tmp_path):
     import os
     import shutil
