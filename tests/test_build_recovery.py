@@ -36,15 +36,20 @@ def _temporaries(work: Path) -> list[Path]:
     return [Path(d) / n for d, dirs, files in os.walk(work / "artifacts") for n in (*dirs, *files) if is_temporary(n)]
 
 
-def _start_and_kill_while_converting(work: Path, kill_job_too: bool) -> list[int]:
-    """Start `snakemake PACKAGE`; once its convert job has a temporary package beside the target,
-    kill -9 Snakemake (and the job too if asked). Returns the pids of its jobs."""
+def _job_temp_dirs(work: Path) -> list[Path]:
+    tmp = work / ".snakemake" / "anetts" / "tmp"  # each job makes one when it starts (recovery.guard_job)
+    return list(tmp.iterdir()) if tmp.is_dir() else []
+
+
+def _start_and_kill(work: Path, until, kill_job_too: bool) -> list[int]:
+    """Start `snakemake PACKAGE`; once `until(work)` finds something, kill -9 Snakemake (and its
+    job too if asked). Returns the pids of its jobs."""
     build = subprocess.Popen([*SNAKEMAKE, PACKAGE], cwd=work, env=dict(os.environ, PYTHONPATH=str(work)),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
-    while not _temporaries(work):
-        assert build.poll() is None, "the build ended before it wrote a temporary"
-        assert time.monotonic() < deadline, "no temporary beside the package after 600 s"
+    while not until(work):
+        assert build.poll() is None, f"the build ended before {until.__name__} found anything"
+        assert time.monotonic() < deadline, f"{until.__name__} found nothing in 600 s"
         time.sleep(0.05)
     jobs = _children(build.pid)
     assert jobs
@@ -61,19 +66,19 @@ def test_a_build_killed_with_kill_9_recovers_by_itself(built_workflow, tmp_path)
     shutil.copytree(REPO / "profiles", work / "profiles")  # the README's build command reads profiles/default
     shutil.rmtree(work / PACKAGE)  # one convert job to do
 
-    # kill -9 of Snakemake alone: its job notices and stops instead of writing on in the background
-    jobs = _start_and_kill_while_converting(work, kill_job_too=False)
+    # kill -9 of Snakemake alone as its convert job starts: the job stops too, instead of converting
+    # on in the background and writing the package (it took 20 s and did before)
+    jobs = _start_and_kill(work, _job_temp_dirs, kill_job_too=False)
     assert any((work / ".snakemake" / "locks").iterdir())  # what made the next run stop before
     deadline = time.monotonic() + 30
     while any(_alive(j) for j in jobs):
         assert time.monotonic() < deadline, f"the killed build's jobs {jobs} still run after 30 s"
         time.sleep(0.2)
-    # it was saving the package: on its own it would have finished and renamed it into place
-    assert not (work / PACKAGE).exists() and not _temporaries(work)
+    assert not (work / PACKAGE).exists()
 
-    # kill -9 of Snakemake and its job: the job's temporaries stay behind for the next run
-    _start_and_kill_while_converting(work, kill_job_too=True)
-    left = _temporaries(work) + list((work / ".snakemake" / "anetts" / "tmp").iterdir())
+    # kill -9 of Snakemake and its job while it saves the package: its temporaries stay behind
+    _start_and_kill(work, _temporaries, kill_job_too=True)
+    left = _temporaries(work) + _job_temp_dirs(work)
     assert left
 
     proc = run_snakemake(work, PACKAGE)  # the plain command again: no --unlock, no flag

@@ -95,3 +95,19 @@ def test_a_manifest_of_a_newer_version_is_refused(built_workflow, tmp_path, caps
     assert main(["verify", str(model_dir)]) == 2
     assert "is newer than this anetts reads" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_repair_removes_no_output_outside_the_assets_own_folder(built_workflow, tmp_path, capsys):
+    """`verify --repair` removes the output a bad asset belongs to, as the manifest records it:
+    an output that is not a folder holding the asset, inside the model directory, is refused."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(_model_dir(built_workflow), model_dir, ignore=shutil.ignore_patterns("export", "reference"))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    manifest["assets"][0]["output"] = "../victim"
+    (model_dir / "manifest.json").write_text(json.dumps(manifest))
+    (model_dir / manifest["assets"][0]["path"]).write_bytes(b"bad")
+    assert main(["verify", str(model_dir), "--repair"]) == 2
+    assert "which is not a folder inside the model directory holding it" in capsys.readouterr().err
+    assert victim.is_dir() and (model_dir / "manifest.json").is_file()

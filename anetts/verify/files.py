@@ -28,7 +28,7 @@ class Checked:
     path: Path  # the file or package directory
     expected: str
     actual: str | None  # None: missing
-    output: Path | None = None  # the build output it is part of, when that is more than `path`
+    output: Path  # the build output it is part of: `path` itself, or a directory output holding it
 
     @property
     def ok(self) -> bool:
@@ -61,8 +61,17 @@ def manifested_files(model_dir: Path) -> list[tuple[Path, str, Path]]:
         # manifests before "output" was recorded: the assets sat in one directory output, the parent
         # of their names' first component
         output = asset.get("output") or _asset_output(asset)
+        if not _holds(output, asset["path"]):  # repair removes it: never more than the asset's own output
+            raise VerifyError(f"{manifest_file}: asset {asset['path']!r} has output {output!r}, which is not a "
+                              f"folder inside the model directory holding it")
         out.append((model_dir / asset["path"], asset["sha256"], model_dir / output))
     return out
+
+
+def _holds(output: str, path: str) -> bool:
+    out, inner = os.path.normpath(output), os.path.normpath(path)
+    return (not os.path.isabs(out) and out not in (".", "..") and not out.startswith("../")
+            and inner.startswith(out + "/"))
 
 
 def _asset_output(asset: dict) -> str:
@@ -81,14 +90,20 @@ def repair(model_dir: Path, bad: list[Checked]) -> list[Path]:
     if not bad:
         return []
     # the manifest first: whatever happens after, the runtime cannot load it with a bad file
-    removed = [Path(model_dir) / "manifest.json",
-               *dict.fromkeys(c.output or c.path for c in bad if (c.output or c.path).exists())]
+    removed = [Path(model_dir) / "manifest.json", *dict.fromkeys(c.output for c in bad if c.output.exists())]
     for path in removed:  # check every removal can happen before making any: nothing half-repaired
-        for d in ([path.parent] + ([path, *(p for p in path.rglob("*") if p.is_dir())] if path.is_dir() else [])):
+        for d in _dirs_written_by_removing(path):
             if not os.access(d, os.W_OK | os.X_OK):
                 raise PermissionError(errno.EACCES, "not writable, so nothing was removed", str(d))
     clear_outputs(*removed)
     return removed
+
+
+def _dirs_written_by_removing(path: Path):
+    yield path.parent
+    if path.is_dir() and not path.is_symlink():
+        yield path
+        yield from (p for p in path.rglob("*") if p.is_dir() and not p.is_symlink())
 
 
 def main(argv: list[str] | None = None) -> int:
