@@ -5,10 +5,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
-
-
-include: "rules/common.smk"
+include: "rules/common.smk"  # reads config.yaml
 include: "rules/weights.smk"
 include: "rules/assets.smk"
 include: "rules/reference.smk"
@@ -26,6 +23,7 @@ include: "rules/report.smk"  # last: it reads the other rules' benchmark pattern
 rule all:
     input:
         manifest_file(config["model"]),
+        WF.manifested_outputs(config["model"]),  # so a deleted package is rebuilt
         f"artifacts/{config['model']}/parity_summary.md",
         WF.inspect_reports(config["model"]),
         # Core AI assets only when config `aimodel.in_all` asks for them (`snakemake aimodels` otherwise)

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -128,6 +129,17 @@ def tree_sha256(path: Path) -> str:
                 h.update(chunk)
         h.update(b"\0")
     return h.hexdigest()
+
+
+# What every step writes beside an output before renaming it into place: tempfile names with the
+# prefix ".<output name>.", 8 random characters and an optional suffix (atomic_outputs, the
+# weights/assets/convert/publish steps). A killed build leaves them; the next one removes them
+# (anetts.recovery). `.snakemake_timestamp` has no second dot, so it never matches.
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}(\.tmp)?(\.[A-Za-z0-9]+)?$")
+
+
+def is_temporary(name: str) -> bool:
+    return _TEMPORARY.match(name) is not None
 
 
 def _remove(path: Path) -> None:

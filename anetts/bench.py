@@ -242,7 +242,7 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
               lang: str = "en-us", upstream=UPSTREAM_DEVICES, threads: int | None = None,
               compute_plan: bool = True) -> dict:
     """Run the whole harness; returns the JSON-ready result (see the module docstring)."""
-    from anetts.runtime import default_backend, load
+    from anetts.runtime import ModelArtifacts, default_backend, load
 
     backend = default_backend() if backend in (None, "auto") else backend
     if backend not in BACKENDS:
@@ -255,6 +255,9 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
         raise BenchError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     if backend != "coreml" and compute_units is not None:
         raise BenchError(f"--compute-units applies to the coreml backend only, not {backend!r}")
+    family = ModelArtifacts.load(model_dir).family
+    if family != "kokoro":  # the harness feeds Kokoro's stages and compares with upstream Kokoro
+        raise BenchError(f"{model_dir} is a {family} build; anetts bench measures Kokoro builds only for now")
     started = _dt.datetime.now(_dt.timezone.utc)
     t_start = time.perf_counter()
 

@@ -10,6 +10,10 @@ from pathlib import Path
 from anetts.artifacts import atomic_file
 
 DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
+# speak options only one family reads (default None: the runtime's default applies); given to a
+# model of the other family they are refused by name instead of silently ignored
+KOKORO_ONLY = ("voice", "speed")
+FISH_ONLY = ("reference_codes", "reference_audio", "reference_text", "temperature", "top_p", "top_k", "max_frames")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("text", nargs="?", help="text to speak; '-' reads stdin (or pass --phonemes)")
     s.add_argument("-o", "--output", required=True, type=Path, help="output .wav path")
     s.add_argument("--voice", default=None, help="voice name (default: af_heart if built, else the first voice)")
-    s.add_argument("--speed", type=float, default=1.0, help="speaking rate, 0.25..4 (default 1)")
+    s.add_argument("--speed", type=float, default=None, help="speaking rate, 0.25..4 (default 1)")
     s.add_argument("--backend", choices=("torch", "coreml", "mil"), default=None,
                    help="torch (default off macOS), coreml (macOS, default there) or mil (reference executor)")
     s.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help=f"built model directory (default {DEFAULT_MODEL_DIR})")
@@ -47,9 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="Fish: the reference clip itself (44.1 kHz, <= 30 s), encoded on the host by upstream's "
                         "codec encoder; instead of --reference-codes")
     s.add_argument("--reference-text", default=None, help="Fish: transcript of the reference audio")
-    s.add_argument("--temperature", type=float, default=0.7, help="Fish: sampling temperature; 0 = greedy (default 0.7)")
-    s.add_argument("--top-p", type=float, default=0.7, help="Fish: top-p (default 0.7)")
-    s.add_argument("--top-k", type=int, default=30, help="Fish: top-k (default 30)")
+    s.add_argument("--temperature", type=float, default=None, help="Fish: sampling temperature; 0 = greedy (default 0.7)")
+    s.add_argument("--top-p", type=float, default=None, help="Fish: top-p (default 0.7)")
+    s.add_argument("--top-k", type=int, default=None, help="Fish: top-k (default 30)")
     s.add_argument("--max-frames", type=int, default=None, help="Fish: most frames per text chunk (46.44 ms each)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -110,6 +114,19 @@ def _publish(args) -> int:
     return 0
 
 
+def _given(args, names) -> dict:
+    """The options among `names` given on the command line, as keyword arguments."""
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def _refuse_options_of_other_family(args, names, family) -> bool:
+    given = [f"--{n.replace('_', '-')}" for n in _given(args, names)]
+    if given:
+        print(f"anetts speak: error: {', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to "
+              f"this {family} model ({'Fish' if family == 'kokoro' else 'Kokoro'} options)", file=sys.stderr)
+    return bool(given)
+
+
 def _speak(args) -> int:
     import numpy as np
     import soundfile as sf
@@ -150,11 +167,13 @@ def _speak(args) -> int:
             if args.timestamps is not None:
                 print("anetts speak: error: --timestamps is for Kokoro models (Fish has no word alignment)", file=sys.stderr)
                 return 2
-            return _speak_fish(args, tts, text)
+            return 2 if _refuse_options_of_other_family(args, KOKORO_ONLY, "fish") else _speak_fish(args, tts, text)
+        if _refuse_options_of_other_family(args, FISH_ONLY, "kokoro"):
+            return 2
         if args.output.suffix.lower() != ".wav":
             print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
             return 2
-        chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
+        chunks = tts.stream(text, phonemes=args.phonemes, seed=args.seed, lang=args.lang, **_given(args, KOKORO_ONLY))
         parts, timings, bar, words = [], {}, None, []
         for chunk in chunks:
             if bar is None and chunk.total > 1 and not args.no_progress:
@@ -252,9 +271,8 @@ def _speak_fish(args, tts, text) -> int:
             print(f"anetts speak: error: --reference-audio {args.reference_audio}: {e}", file=sys.stderr)
             return 1
     try:
-        blocks = tts.stream(text, reference_text=args.reference_text, reference_codes=ref,
-                            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                            max_frames=args.max_frames)
+        blocks = tts.stream(text, reference_text=args.reference_text, reference_codes=ref, seed=args.seed,
+                            max_frames=args.max_frames, **_given(args, ("temperature", "top_p", "top_k")))
         codes, audio, bar, stops, first, total = [], [], None, [], None, 0.0
         for b in blocks:
             if not args.no_progress and bar is None:
@@ -330,14 +348,9 @@ def _report(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    if argv[:1] == ["run-mil"]:  # pass everything through untouched, --help included
-        return _run_mil(argparse.Namespace(args=argv[1:]))
-    if argv[:1] == ["inspect"]:
-        return _inspect(argparse.Namespace(args=argv[1:]))
-    if argv[:1] == ["bench"]:
-        return _bench(argparse.Namespace(args=argv[1:]))
-    if argv[:1] == ["report"]:
-        return _report(argparse.Namespace(args=argv[1:]))
+    passed_through = {"run-mil": _run_mil, "inspect": _inspect, "bench": _bench, "report": _report, "verify": _verify}
+    if argv[:1] and argv[0] in passed_through:  # everything after the name is the sub-command's, --help included
+        return passed_through[argv[0]](argparse.Namespace(args=argv[1:]))
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: usage errors (2) and --help (0) as a return code

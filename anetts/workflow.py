@@ -41,6 +41,25 @@ MODEL_OVERLAYS = ("stages", "end_to_end")
 SCHEMA_PATH = _PKG.parent / "schemas" / "config.schema.yaml"
 
 
+def check_yaml_syntax(path: str | Path) -> None:
+    """A YAML syntax error in `path` as a ConfigError with its line and column (Snakemake's own
+    message for a config file it cannot parse names neither)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        return  # Snakemake names a missing config file itself
+    try:
+        yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as e:
+        def at(mark):
+            return f"line {mark.line + 1}, column {mark.column + 1}"
+
+        where = at(e.problem_mark or e.context_mark)
+        context = f" ({e.context} at {at(e.context_mark)})" if e.context and e.context_mark else ""
+        raise ConfigError(f"{path}: YAML syntax error at {where}: {e.problem or e.context}{context}") from None
+
+
 def validate_config(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     """Validate `config` against the schema (Snakemake's validator: defaults filled in), leaving a
     model's overlay blocks as written."""
@@ -256,6 +275,12 @@ class WorkflowConfig:
         """Per package, what its parity ran on: the example inputs, or a scenario stage's calls."""
         return [str(artifacts.export_inputs(model, s, b, self.stage_kind(model, s)))
                 for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def manifested_outputs(self, model: str) -> list[str]:
+        """Every build output the manifest lists a file of. Targets of `all` too: Snakemake does not
+        rebuild a deleted input of an output it judges up to date (the manifest), only a missing target."""
+        return [*self.packages(model), *self.torchscripts(model), *self.example_inputs(model), *self.bundles(model),
+                str(artifacts.assets_dir(model))]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.bundled_stages(model)]

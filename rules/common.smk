@@ -5,7 +5,19 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from anetts import artifacts
-from anetts.workflow import WorkflowConfig, validate_config
+from anetts.recovery import recover
+from anetts.workflow import WorkflowConfig, check_yaml_syntax, validate_config
+
+check_yaml_syntax("config.yaml")
+
+
+configfile: "config.yaml"
+
+
+# a build killed with kill -9 left locks, running jobs and temporaries: clear them before
+# Snakemake locks (a no-op while another build of this directory is alive)
+if workflow.is_main_process:
+    recover()
 
 validate_config(config)
 WF = WorkflowConfig(config, root=workflow.basedir)

@@ -131,30 +131,102 @@ def test_editing_synthetic_weights_code_leaves_real_weights_alone(built_workflow
     assert jobs == {}
 
 
-def test_verify_finds_a_corrupted_package_and_repair_makes_it_rebuild(built_workflow, tmp_path):
+def _build_copy(built_workflow, dest):
+    """A copy of the session's build that a test may damage; mtimes kept, so it is up to date too."""
     import shutil
+
+    shutil.copytree(built_workflow, dest, symlinks=True)
+    return dest, dest / "artifacts" / MODEL
+
+
+def _verify(work, model_dir, *args):
+    import os
     import subprocess
     import sys
 
-    work = tmp_path / "wf"
-    shutil.copytree(built_workflow, work, symlinks=True)  # keeps mtimes: the copy is up to date too
-    model_dir = work / "artifacts" / MODEL
+    return subprocess.run([sys.executable, "-m", "anetts.cli", "verify", str(model_dir), *args],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(work)})
+
+
+def test_verify_finds_a_corrupted_package_and_repair_makes_it_rebuild(built_workflow, tmp_path):
+    work, model_dir = _build_copy(built_workflow, tmp_path / "wf")
     weight = model_dir / "packages" / "f0ntrain" / "3s.mlpackage" / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
     data = bytearray(weight.read_bytes())
     data[len(data) // 2] ^= 0xFF
     weight.write_bytes(data)
     assert planned_jobs(work) == {}  # what Snakemake alone sees
 
-    def verify(*args):
-        return subprocess.run([sys.executable, "-m", "anetts.cli", "verify", str(model_dir), *args],
-                              capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(work)})
-
-    checked = verify()
+    checked = _verify(work, model_dir)
     assert checked.returncode == 1 and "packages/f0ntrain/3s.mlpackage" in checked.stderr
-    repaired = verify("--repair")
+    repaired = _verify(work, model_dir, "--repair")
     assert repaired.returncode == 1 and not (model_dir / "manifest.json").exists()
     jobs = planned_jobs(work)
     assert jobs["convert"] == 1 and jobs["manifest"] == 1 and "export" not in jobs
+
+
+def test_repairing_one_voice_rebuilds_every_asset(built_workflow, tmp_path):
+    """A voice is one file of the `runtime_assets` directory output: removing the file alone left a
+    directory Snakemake saw as up to date, and the rebuilt manifest without that voice."""
+    work, model_dir = _build_copy(built_workflow, tmp_path / "wf")
+    before = json.loads((model_dir / "manifest.json").read_text())["assets"]
+    voice = model_dir / "assets" / "voices" / "syn_a.npy"
+    voice.write_bytes(voice.read_bytes()[:1000])
+
+    repaired = _verify(work, model_dir, "--repair")
+    assert repaired.returncode == 1 and "assets/voices/syn_a.npy" in repaired.stderr
+    assert not (model_dir / "assets").exists()  # the whole output the voice belongs to
+    run_snakemake(work, "all")
+    after = json.loads((model_dir / "manifest.json").read_text())["assets"]
+    assert [(a["name"], a["sha256"]) for a in after] == [(a["name"], a["sha256"]) for a in before]
+    assert _verify(work, model_dir).returncode == 0
+
+
+def test_a_deleted_package_is_rebuilt_although_the_manifest_is_there(built_workflow, tmp_path):
+    """Snakemake does not rebuild a deleted input of an output it judges up to date (it said
+    "Nothing to be done"); every manifested output is a target of `all` as well."""
+    import shutil
+
+    work, model_dir = _build_copy(built_workflow, tmp_path / "wf")
+    shutil.rmtree(model_dir / "packages" / "f0ntrain" / "3s.mlpackage")
+    jobs = planned_jobs(work)
+    assert jobs["convert"] == 1 and jobs["manifest"] == 1 and "export" not in jobs
+
+
+def test_repair_of_a_read_only_model_dir_is_a_clear_error_and_removes_nothing(built_workflow, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    work, model_dir = _build_copy(built_workflow, tmp_path / "wf")
+    voice = model_dir / "assets" / "voices" / "syn_a.npy"
+    voice.write_bytes(voice.read_bytes()[:1000])
+    dirs = [model_dir, *(p for p in model_dir.rglob("*") if p.is_dir())]
+    for d in dirs:
+        d.chmod(0o555)
+    # root writes anyway: run as an unprivileged user of a user namespace (its uid is ours outside)
+    as_user = ["unshare", "--user", "--map-user=1000", "--map-group=1000"] if os.geteuid() == 0 else []
+    try:
+        proc = subprocess.run([*as_user, sys.executable, "-m", "anetts.cli", "verify", str(model_dir), "--repair"],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(work)})
+    finally:
+        for d in dirs:
+            d.chmod(0o755)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cannot repair" in proc.stderr and "nothing was removed" in proc.stderr
+    assert (model_dir / "manifest.json").is_file() and (model_dir / "assets" / "voices" / "syn_b.npy").is_file()
+
+
+def test_yaml_syntax_error_in_config_names_line_and_column(tmp_path):
+    workdir = make_workflow_copy(tmp_path / "wf", small_config())
+    text = (workdir / "config.yaml").read_text().splitlines()
+    line = next(i for i, t in enumerate(text) if t.startswith("models:")) + 2  # 1-based, the line after
+    text.insert(line - 1, "  broken: [unclosed")
+    (workdir / "config.yaml").write_text("\n".join(text) + "\n")
+    proc = run_snakemake(workdir, "-n", "all", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config.yaml: YAML syntax error at line" in out and f"at line {line}, column 11" in out
 
 
 def test_changing_one_bucket_list_builds_only_the_new_bucket(built_workflow):

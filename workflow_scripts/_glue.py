@@ -10,6 +10,9 @@ def setup(snakemake, torch: bool = True, coremltools: bool = False) -> logging.L
     Each costs seconds of start-up (docs/startup.md), so a job asks only for what it uses."""
     # this checkout's package first, even when another anetts is installed
     sys.path.insert(0, os.path.dirname(os.path.abspath(snakemake.scriptdir)))
+    from anetts.recovery import guard_job
+
+    guard_job()  # stop with the build that started it, temporaries where the next build finds them
     handler = logging.FileHandler(snakemake.log[0], mode="w") if snakemake.log else logging.StreamHandler()
     logging.basicConfig(level=logging.INFO, handlers=[handler, logging.StreamHandler(sys.stderr)],
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -136,9 +136,14 @@ def package_files(path) -> tuple[Path, Path, Path | None]:
 def load_spec(path):
     from coremltools.proto import Model_pb2
 
+    from google.protobuf.message import DecodeError
+
     _, spec_file, _ = package_files(path)
     spec = Model_pb2.Model()
-    spec.ParseFromString(spec_file.read_bytes())
+    try:
+        spec.ParseFromString(spec_file.read_bytes())
+    except DecodeError as e:
+        raise ValueError(f"{spec_file}: not a readable Core ML model spec (truncated or corrupted: {e})") from None
     return spec
 
 
@@ -155,9 +160,15 @@ class BlobFile:
 
     def header(self, offset: int) -> tuple[str, int, int]:
         self._fh.seek(offset)
-        sentinel, dtype, nbytes, data_offset = struct.unpack("<IIQQ", self._fh.read(24))
+        raw = self._fh.read(24)
+        if len(raw) < 24:
+            raise ValueError(f"{self.path}: truncated ({self.size} bytes): the blob header at offset {offset} is cut off")
+        sentinel, dtype, nbytes, data_offset = struct.unpack("<IIQQ", raw)
         if sentinel != _BLOB_SENTINEL:
             raise ValueError(f"{self.path}: no blob header at offset {offset}")
+        if data_offset + nbytes > self.size:
+            raise ValueError(f"{self.path}: truncated ({self.size} bytes): the blob at offset {offset} "
+                             f"needs bytes up to {data_offset + nbytes}")
         return _BLOB_DTYPES.get(dtype, f"blob_dtype_{dtype}"), nbytes, data_offset
 
     def data(self, offset: int) -> bytes:

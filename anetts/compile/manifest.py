@@ -16,6 +16,18 @@ from anetts.provenance import provenance
 MANIFEST_VERSION = 2  # 2: runtime assets listed
 
 
+def unreadable_version(manifest: dict) -> str | None:
+    """Why this anetts cannot read `manifest`'s format (a newer or unknown version), else None.
+    Fields added within a version are optional to readers, so an older reader of it is fine."""
+    version = manifest.get("manifest_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        return f"manifest_version {version!r} is not a version this anetts knows (it reads {MANIFEST_VERSION})"
+    if version > MANIFEST_VERSION:
+        return (f"manifest_version {version} is newer than this anetts reads ({MANIFEST_VERSION}); "
+                f"upgrade anetts or rebuild the model")
+    return None
+
+
 def _parity_verdict(path: Path, rel) -> dict:
     r = json.loads(Path(path).read_text(encoding="utf-8"))
     return {"passed": r["passed"], "report": rel(path),
@@ -29,8 +41,10 @@ def _chain_verdict(path: Path, rel) -> dict:
 
 def _assets(assets_dir: Path, rel) -> list[dict]:
     files = sorted(p for p in Path(assets_dir).rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
+    # "output": the build output (rule runtime_assets' directory) the file is part of; a file
+    # removed alone from a directory output is not rebuilt, so `verify --repair` removes the output
     return [{"name": f.relative_to(assets_dir).as_posix(), "path": rel(f), "sha256": tree_sha256(f),
-             "bytes": f.stat().st_size} for f in files]
+             "bytes": f.stat().st_size, "output": rel(assets_dir)} for f in files]
 
 
 def write_manifest(out: Path, *args, **kwargs) -> dict:

@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         with np.load(args.inputs, allow_pickle=False) as npz:
             inputs = {k: npz[k] for k in npz.files}
+        # a NaN fed to an int cast comes out as -2**31 (pred_dur=-2147483648), not as an error
+        nonfinite = [k for k, a in inputs.items() if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all()]
+        if nonfinite:
+            print(f"run-mil: {args.inputs}: non-finite values (NaN or inf) in input(s) {', '.join(nonfinite)}",
+                  file=sys.stderr)
+            return 1
         # a stateful function runs once from zero-filled states (Core ML's makeState());
         # sequences of calls with a carried state are anetts.verify.scenario's job
         stateful = bool(prog.state_specs(args.function))

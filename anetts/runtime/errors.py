@@ -4,6 +4,8 @@ The CLI catches :class:`TTSError` (and only it) to print a one-line message and 
 """
 from __future__ import annotations
 
+import numbers
+
 
 class TTSError(Exception):
     """Base of every error the runtime raises on purpose."""
@@ -11,6 +13,13 @@ class TTSError(Exception):
 
 class InputError(TTSError, ValueError):
     """Bad user input: empty text, nothing speakable, bad speed, unknown voice, ..."""
+
+
+def validate_seed(seed) -> int:
+    """A seed numpy's generators take (a non-negative integer), else an InputError naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
 
 
 class ArtifactError(TTSError):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from anetts.artifacts import tree_sha256
+from anetts.compile.manifest import unreadable_version
 from anetts.families import declaration
 from anetts.runtime.errors import ArtifactError, IntegrityError
 from anetts.stage import TensorSpec
@@ -221,6 +222,8 @@ class ModelArtifacts:
         model_dir = Path(model_dir)
         if not isinstance(manifest, dict):
             raise ArtifactError(f"{where}: expected a JSON object")
+        if (why := unreadable_version(manifest)) is not None:
+            raise ArtifactError(f"{where}: {why}")
         manifest_paths(model_dir, manifest, where, resolves_inside=resolves_inside)
         family = _require(manifest, "family", where)
         try:

@@ -356,3 +356,32 @@ def test_cli_reference_audio_of_the_wrong_rate_exits_non_zero(model_dir, tmp_pat
                "--reference-audio", str(wav), "--reference-text", "Ref.", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 1 and "22050 Hz; the codec takes 44100 Hz" in err and not out.exists()
+
+
+def test_cli_refuses_kokoro_options_naming_them(model_dir, tmp_path, capsys):
+    from anetts.cli import main
+
+    out = tmp_path / "speech.wav"
+    rc = main(["speak", "Hello.", "-o", str(out), "--model-dir", str(model_dir), "--backend", "mil",
+               "--voice", "af_heart", "--speed", "1.5", "--no-progress"])
+    assert rc == 2 and "--voice, --speed do not apply to this fish model" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_refuses_a_negative_seed(model_dir, tmp_path, capsys):
+    from anetts.cli import main
+
+    out = tmp_path / "speech.wav"
+    rc = main(["speak", "Hello.", "-o", str(out), "--model-dir", str(model_dir), "--backend", "mil",
+               "--seed", "-1", "--no-progress"])
+    assert rc == 1 and "seed must be a non-negative integer, got -1" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_bench_refuses_a_fish_build_clearly(model_dir, tmp_path, capsys):
+    from anetts.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model-dir", str(model_dir), "--backend", "mil", "-o", str(out)]) == 1
+    assert "is a fish build; anetts bench measures Kokoro builds only for now" in capsys.readouterr().err
+    assert not out.exists()

@@ -35,7 +35,7 @@ from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS, InputEmbe
 from anetts.models.fish.config import CONFIG_NAME, FishConfig
 from anetts.models.fish.sampling import SamplingParams, SemanticSampler, sample_logits
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
-from anetts.runtime.errors import ArtifactError, BackendUnavailable, InputError, IntegrityError, TTSError
+from anetts.runtime.errors import ArtifactError, BackendUnavailable, InputError, IntegrityError, TTSError, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
 
 log = logging.getLogger(__name__)
@@ -507,7 +507,7 @@ class FishRuntime:
             params = SamplingParams(temperature, top_p, top_k)
         except ValueError as e:
             raise InputError(str(e)) from None
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(validate_seed(seed))
         gen = _Gen(SemanticSampler(params, self.row_ids, (self.cfg.semantic_begin_id, self.cfg.semantic_end_id), rng),
                    rng, params)
         if timings is not None:
@@ -619,6 +619,7 @@ class FishRuntime:
             params = SamplingParams(temperature, top_p, top_k)
         except ValueError as e:
             raise InputError(str(e)) from None
+        seed = validate_seed(seed)
         if max_frames is not None and (isinstance(max_frames, bool) or int(max_frames) < 1):
             raise InputError(f"max_frames must be >= 1, got {max_frames!r}")
         if block_frames < 1:

@@ -29,7 +29,7 @@ import numpy as np
 
 from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, make_har, pad_last
 from anetts.runtime.backends import StageRunner
-from anetts.runtime.errors import ArtifactError, InputError, TTSError
+from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
 from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
 from anetts.models.kokoro.frontend import Frontend, frontend
@@ -390,7 +390,7 @@ class KokoroRuntime:
     def predict_durations(self, input_ids: Sequence[int], voice=None, speed: float = 1.0, *,
                           ref_s: np.ndarray | None = None) -> np.ndarray:
         """Only the ``duration`` stage: frames per token (n,) for wrapped ids ``[0, *ids, 0]``."""
-        speed = _validate_speed(speed)
+        speed, seed = _validate_speed(speed), validate_seed(seed)
         ids = [int(i) for i in input_ids]
         if ref_s is None:
             ref_s = self.style_row(self.voice_pack(voice), len(ids) - 2)
@@ -436,7 +436,7 @@ class KokoroRuntime:
                fade_ms: float = FADE_MS) -> Iterator[ChunkResult]:
         """Yield audio chunk by chunk as each is ready. Input is validated before this returns."""
         t0 = time.perf_counter()
-        speed = _validate_speed(speed)
+        speed, seed = _validate_speed(speed), validate_seed(seed)
         voice = self.default_voice if voice is None else voice
         pack = self.voice_pack(voice)
         planning = _Timings()
