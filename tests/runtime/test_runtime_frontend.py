@@ -15,7 +15,7 @@ from anetts.models.kokoro.end_to_end import compare_texts, replayed_draws, wavef
 from anetts.models.kokoro.timestamps import WordTimestamp
 from anetts.runtime import InputError
 from rt_common import SHORT
-from upstream_frontend import LONG_ENGLISH, pipeline
+from upstream_frontend import pipeline
 
 # One chunk each on the tiny build (t32: at most 30 phonemes).
 ONE_CHUNK = {
