@@ -10,8 +10,11 @@ Per chunk::
 All model math runs in the built artifacts (through a :class:`~anetts.runtime.backends.StageRunner`);
 this module only pads to buckets, builds masks and does the host DSP. Every stage gets its valid
 region re-padded with zeros to its own bucket, so nothing computed on padding reaches the audio.
-Long input is split at sentence, then clause, boundaries into chunks that fit the largest buckets;
-a chunk whose predicted length still overflows is split again before any frame stage runs.
+Text goes through upstream's frontend for its language (:mod:`anetts.models.kokoro.frontend`), chunked
+as upstream chunks it within the largest buckets; a chunk whose predicted length still overflows is
+split again (at words, where the language has them) before any frame stage runs. English chunks carry
+word timestamps (:mod:`anetts.models.kokoro.timestamps`). A loaded runtime may be called from several
+threads: the G2P runs under one lock, everything else is per call or loaded under the backend's lock.
 """
 from __future__ import annotations
 
@@ -434,7 +437,10 @@ class KokoroRuntime:
     def stream(self, text: str | None = None, voice=None, speed: float = 1.0, *, phonemes: str | None = None,
                seed: int = DEFAULT_SEED, max_phonemes: int | None = None, lang: str | None = None,
                fade_ms: float = FADE_MS) -> Iterator[ChunkResult]:
-        """Yield audio chunk by chunk as each is ready. Input is validated before this returns."""
+        """Yield audio chunk by chunk as each is ready. Input is validated before this returns.
+
+        ``lang``: upstream's language code or alias (``a``, ``en-gb``, ``ja`` ...); default: the voice's.
+        """
         t0 = time.perf_counter()
         speed, seed = _validate_speed(speed), validate_seed(seed)
         voice = self.default_voice if voice is None else voice
