@@ -31,6 +31,7 @@ from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, mak
 from anetts.runtime.backends import StageRunner
 from anetts.runtime.errors import ArtifactError, InputError, TTSError
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+from anetts.models.kokoro.blend import parse_blend
 from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
 from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, phonemize, tokenize
 
@@ -223,9 +224,16 @@ class KokoroRuntime:
         raise ArtifactError(f"no voices listed in the manifest of {self.artifacts.model_dir}")
 
     def voice_pack(self, voice: str | np.ndarray | None) -> np.ndarray:
-        """(510, 256) float32 style rows of a named voice (or a given pack)."""
+        """(510, 256) float32 style rows of a named voice, a blend ``"a(0.7)+b(0.3)"`` (the packs
+        weighted, weights normalized: :mod:`anetts.models.kokoro.blend`) or a given pack."""
         if voice is None:
             voice = self.default_voice
+        if isinstance(voice, str) and voice not in self._voices and ("+" in voice or "(" in voice):
+            terms = parse_blend(voice)
+            unknown = [n for n, _ in terms if n not in self.voices]
+            if unknown:
+                raise InputError(f"voice {voice!r}: unknown voice(s) {unknown}; available: {self.voices}")
+            return sum(w * self.voice_pack(n) for n, w in terms).astype(np.float32)
         if isinstance(voice, str):
             if voice not in self._voices:
                 names = self.voices
@@ -273,11 +281,12 @@ class KokoroRuntime:
         return [0, *ids, 0], dropped
 
     def plan(self, text: str | None = None, *, phonemes: str | None = None, speed: float = 1.0,
-             max_phonemes: int | None = None, lang: str = "en-us") -> list[TextChunk]:
+             max_phonemes: int | None = None, lang: str = "en-us", sentences: bool = False) -> list[TextChunk]:
         """The chunks ``text`` (or ``phonemes``) will be synthesized in."""
-        return [TextChunk(p.text or "", p.phonemes) for p in self._plan(text, phonemes, speed, max_phonemes, lang)]
+        return [TextChunk(p.text or "", p.phonemes)
+                for p in self._plan(text, phonemes, speed, max_phonemes, lang, sentences)]
 
-    def _plan(self, text, phonemes, speed, max_phonemes, lang) -> list[_Piece]:
+    def _plan(self, text, phonemes, speed, max_phonemes, lang, sentences=False) -> list[_Piece]:
         if (text is None) == (phonemes is None):
             raise InputError("give either text or phonemes (exactly one)")
         what, value = ("text", text) if text is not None else ("phonemes", phonemes)
@@ -291,10 +300,10 @@ class KokoroRuntime:
                 ps = " ".join(phonemes.split())
                 tokenize(ps, self.vocab)  # raises (naming the problem) if nothing is speakable; warns on drops
                 known = " ".join("".join(ch for ch in ps if ch in self.vocab).split())
-                chunks = chunk_text(known, limit, phonemize_fn=lambda s: s)
+                chunks = chunk_text(known, limit, phonemize_fn=lambda s: s, sentences=sentences)
                 chunks = [TextChunk(None, c.phonemes) for c in chunks]
             else:
-                chunks = chunk_text(text, limit, phonemize_fn=lambda s: phonemize(s, lang))
+                chunks = chunk_text(text, limit, phonemize_fn=lambda s: phonemize(s, lang), sentences=sentences)
         except InputError:
             raise
         except ValueError as e:
@@ -427,15 +436,18 @@ class KokoroRuntime:
 
     def stream(self, text: str | None = None, voice=None, speed: float = 1.0, *, phonemes: str | None = None,
                seed: int = DEFAULT_SEED, max_phonemes: int | None = None, lang: str | None = None,
-               fade_ms: float = FADE_MS) -> Iterator[ChunkResult]:
-        """Yield audio chunk by chunk as each is ready. Input is validated before this returns."""
+               fade_ms: float = FADE_MS, sentences: bool = False) -> Iterator[ChunkResult]:
+        """Yield audio chunk by chunk as each is ready. Input is validated before this returns.
+
+        ``sentences``: one chunk per sentence (not packed up to the buckets), so the first audio
+        comes after the first sentence rather than after the first full chunk."""
         t0 = time.perf_counter()
         speed = _validate_speed(speed)
         voice = self.default_voice if voice is None else voice
         pack = self.voice_pack(voice)
         frontend = _Timings()
         with frontend("frontend"):
-            pieces = self._plan(text, phonemes, speed, max_phonemes, self._lang(voice, lang))
+            pieces = self._plan(text, phonemes, speed, max_phonemes, self._lang(voice, lang), sentences)
         frontend.t["total"] = time.perf_counter() - t0
         return self._stream(deque(pieces), pack, speed, seed, fade_ms, frontend)
 

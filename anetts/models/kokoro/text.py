@@ -218,8 +218,12 @@ def chunk_text(
     text: str,
     limit: Union[int, Fits] = MAX_PHONEMES,
     phonemize_fn: Callable[[str], str] = phonemize,
+    sentences: bool = False,
 ) -> list[TextChunk]:
     """Split ``text`` into ordered chunks whose phonemes fit ``limit``.
+
+    ``sentences``: every sentence its own chunk (split further only if it does not fit), never
+    packed together: for streaming, where the first sentence should play while the rest is made.
 
     ``limit`` is a phoneme count (see :func:`phoneme_limit` to combine the token bucket with an
     audio-seconds budget) or a predicate on a chunk's phoneme string. Text that fits is one
@@ -243,9 +247,13 @@ def chunk_text(
     if not _has_speech(clean):
         raise ValueError(f"text {clean[:40]!r} has no letters or digits (punctuation only); nothing to speak")
 
+    if sentences:
+        units = [u for sentence in _split_at(clean, 0) for u in _units(sentence, 1, fits, phonemize_fn)]
+    else:
+        units = _units(clean, 0, fits, phonemize_fn)
     chunks: list[TextChunk] = []
-    for unit in _units(clean, 0, fits, phonemize_fn):
-        if chunks:
+    for unit in units:
+        if chunks and not sentences:
             last = chunks[-1]
             joined = f"{last.phonemes} {unit.phonemes}"
             if fits(joined):
