@@ -146,7 +146,7 @@ def parse_compute_units(values: list[str] | None) -> str | dict[str, str] | None
 
 def choose_prefixes(tts, words: list[str], voice: str, speed: float, lang: str, targets=TARGETS_S) -> list[dict]:
     """For each target (s), the longest word prefix of the passage whose predicted frames fit it."""
-    from anetts.models.kokoro.text import phonemize
+    from anetts.models.kokoro.frontend import phonemize
 
     pack = tts.voice_pack(voice)
     cache: dict[int, dict] = {}

@@ -27,7 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--model", default=None, metavar="DIR|hf://OWNER/REPO@REV",
                    help="a model directory or a published model (downloaded, verified, cached); overrides --model-dir")
     s.add_argument("--phonemes", default=None, help="speak these phonemes instead of text (skips G2P)")
-    s.add_argument("--lang", default=None, help="G2P language (default en-us; en-gb for b* voices)")
+    s.add_argument("--lang", default=None,
+                   help="G2P language, upstream Kokoro's code or alias: a/en-us, b/en-gb, e/es, f/fr-fr, h/hi, i/it, "
+                        "p/pt-br, j/ja, z/zh (default: the voice's first letter, e.g. jf_alpha -> j; else a)")
+    s.add_argument("--timestamps", type=Path, default=None, metavar="FILE.json|.srt|.vtt",
+                   help="Kokoro: also write word timestamps (format from the suffix)")
     s.add_argument("--seed", type=int, default=0, help="seed of the hn-NSF noise (default 0)")
     s.add_argument("--threads", type=int, default=None, help="torch threads (torch backend)")
     s.add_argument("--deployment-target", default=None, metavar="OS",
@@ -138,6 +142,20 @@ def _speak(args) -> int:
     if (text is None) == (args.phonemes is None):
         print("anetts speak: error: give either TEXT or --phonemes (exactly one)", file=sys.stderr)
         return 2
+    if args.timestamps is not None or args.lang is not None:
+        from anetts.models.kokoro.frontend import lang_code
+        from anetts.models.kokoro.timestamps import CAPTION_SUFFIXES
+
+        if args.timestamps is not None and args.timestamps.suffix.lower() not in CAPTION_SUFFIXES:
+            print(f"anetts speak: error: --timestamps must end in one of {', '.join(CAPTION_SUFFIXES)}, got "
+                  f"{args.timestamps}", file=sys.stderr)
+            return 2
+        if args.lang is not None:
+            try:
+                lang_code(args.lang)
+            except TTSError as e:
+                print(f"anetts speak: error: --lang: {e}", file=sys.stderr)
+                return 2
     if args.output.suffix.lower() not in (".wav", ".npy"):
         print(f"anetts speak: error: output must be a .wav file (or .npy for Fish codes), got {args.output}",
               file=sys.stderr)
@@ -149,12 +167,15 @@ def _speak(args) -> int:
         tts = load(model, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
                    deployment_target=args.deployment_target)
         if getattr(tts, "family", None) == "fish":
+            if args.timestamps is not None:
+                print("anetts speak: error: --timestamps is for Kokoro models (Fish has no word alignment)", file=sys.stderr)
+                return 2
             return _speak_fish(args, tts, text)
         if args.output.suffix.lower() != ".wav":
             print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
             return 2
         chunks = tts.stream(text, voice=args.voice, speed=args.speed, phonemes=args.phonemes, seed=args.seed, lang=args.lang)
-        parts, timings, bar = [], {}, None
+        parts, timings, bar, words = [], {}, None, []
         for chunk in chunks:
             if bar is None and chunk.total > 1 and not args.no_progress:
                 from tqdm import tqdm
@@ -164,6 +185,7 @@ def _speak(args) -> int:
                 bar.total = chunk.total
                 bar.update(1)
             parts.append(chunk.audio)
+            words += chunk.words
             for k, v in chunk.timings.items():
                 timings[k] = timings.get(k, 0.0) + v
         if bar is not None:
@@ -181,6 +203,17 @@ def _speak(args) -> int:
     except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
         print(f"anetts speak: error: cannot write {args.output}: {e}", file=sys.stderr)
         return 1
+    if args.timestamps is not None:
+        from anetts.models.kokoro.timestamps import format_timestamps
+
+        try:
+            _write_text_atomically(args.timestamps, format_timestamps(words, args.timestamps.suffix))
+        except OSError as e:
+            print(f"anetts speak: error: cannot write {args.timestamps}: {e}", file=sys.stderr)
+            return 1
+        if not words:
+            print(f"anetts speak: note: no word timestamps in {args.timestamps} (phonemes given, or a language whose "
+                  "frontend has no words)", file=sys.stderr)
     seconds = audio.shape[0] / tts.sample_rate
     total = timings.get("total", 0.0)
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in timings.items() if k != "total")
@@ -217,6 +250,22 @@ def _serve(args) -> int:
         print(f"anetts serve: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    """Write beside ``path`` and rename, so a failed write never leaves a partial file there."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _speak_fish(args, tts, text) -> int:

@@ -1,4 +1,4 @@
-"""Offline text frontend (anetts.models.kokoro.text): espeak G2P, tokenization, chunking."""
+"""Phonemes -> ids and generic chunking (anetts.models.kokoro.text), with the English frontend as the G2P."""
 
 import logging
 import re
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from anetts.models.kokoro import text as T
+from anetts.models.kokoro.frontend import phonemize
 
 CONFIG = Path(__file__).resolve().parents[1] / "anetts" / "models" / "kokoro" / "data" / "kokoro-82m.config.json"
 
@@ -27,10 +28,10 @@ def _squash(s: str) -> str:
 
 
 def test_phonemize_offline_gives_known_symbols(vocab, caplog):
-    ps = T.phonemize("Hello world! How are you today?")
+    ps = phonemize("Hello world! How are you today?")
     assert "həlˈO" in ps and "\n" not in ps
     with caplog.at_level(logging.WARNING, logger="anetts.models.kokoro.text"):
-        ids, dropped = T.tokenize(T.phonemize(PARAGRAPH), vocab)
+        ids, dropped = T.tokenize(phonemize(PARAGRAPH), vocab)
     assert dropped == [] and not [r for r in caplog.records if r.name == "anetts.models.kokoro.text"]
     assert len(ids) > 100 and all(0 < i < 178 for i in ids)  # unwrapped: no 0 pad ids
 
@@ -52,20 +53,18 @@ def test_tokenize_nothing_to_speak(vocab, ps, why):
 @pytest.mark.parametrize("text, why", [("", "empty"), ("  \n\t ", "whitespace"), ("... ?! —", "punctuation only")])
 def test_empty_or_punctuation_only_text(text, why):
     with pytest.raises(ValueError, match=why):
-        T.phonemize(text)
-    with pytest.raises(ValueError, match=why):
         T.chunk_text(text, 100, phonemize_fn=lambda t: t)
 
 
 def test_short_text_is_one_chunk():
-    (chunk,) = T.chunk_text("Hello world! How are you?")
-    assert chunk.text == "Hello world! How are you?" and chunk.phonemes == T.phonemize(chunk.text)
+    (chunk,) = T.chunk_text("Hello world! How are you?", 510, phonemize)
+    assert chunk.text == "Hello world! How are you?" and chunk.phonemes == phonemize(chunk.text)
 
 
 @pytest.mark.parametrize("limit", [40, 60, 120, 510])
 def test_chunking_real_g2p_fits_and_keeps_order(limit):
     text = " ".join([PARAGRAPH] * 3)
-    chunks = T.chunk_text(text, limit)
+    chunks = T.chunk_text(text, limit, phonemize)
     assert all(0 < len(c.phonemes) <= limit and c.text.strip() for c in chunks)
     assert _squash("".join(c.text for c in chunks)) == _squash(text)
     if limit == 510:

@@ -21,5 +21,9 @@ class IntegrityError(ArtifactError):
     """A package (or TorchScript) whose sha256 does not match the manifest."""
 
 
+class FrontendUnavailable(TTSError, RuntimeError):
+    """A language's G2P cannot run here (a package or dictionary is missing); says how to install it."""
+
+
 class BackendUnavailable(TTSError, RuntimeError):
     """The chosen backend cannot run here (wrong platform, missing module)."""

