@@ -40,4 +40,4 @@ def pcm16(audio: np.ndarray) -> np.ndarray:
 def openai_client(base_url: str, api_key: str = "unused", **kw):
     from openai import OpenAI
 
-    return OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, **kw)
+    return OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=120, **kw)

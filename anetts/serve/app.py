@@ -157,7 +157,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
     @app.get("/v1/audio/voices", dependencies=v1)
     async def voices():
         return {"voices": speaker.voices(), "default": speaker.default_voice(), "family": speaker.family,
-                "blending": speaker.family == "kokoro", "cloning": speaker.clones}
+                "blending": speaker.family == "kokoro", "cloning": speaker.clones, "timestamps": speaker.timestamps}
 
     @app.post("/v1/audio/voices", dependencies=v1)
     async def register_voice(audio_sample: UploadFile = File(...), name: str = Form(...), text: str = Form(...),
@@ -185,8 +185,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
         return {"id": voice.id, "object": "audio.voice", "name": voice.name, "created_at": voice.created_at,
                 "type": "audio_sample", "frames": int(voice.codes.shape[1])}
 
-    @app.post("/v1/audio/speech", dependencies=v1)
-    async def speech(req: SpeechRequest):
+    def check_request(req: SpeechRequest, streaming: bool):
         if req.model not in (model_id, *OPENAI_MODELS):
             raise APIError(404, f"model {req.model!r} is not served here; this server speaks {model_id!r} "
                                 f"(also accepted as {list(OPENAI_MODELS)})", param="model", code="model_not_found",
@@ -196,22 +195,51 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                                 f"{config.max_input_chars}", param="input", code="string_above_max_length")
         if not req.input.strip():
             raise APIError(400, "input is empty or whitespace only; nothing to speak", param="input")
-        streaming = req.stream_format is not None
         try:
-            fmt = check_format(req.response_format, speaker.sample_rate, streaming)
+            return check_format(req.response_format, speaker.sample_rate, streaming)
         except FormatError as e:
             raise APIError(400, str(e), param="response_format") from None
+
+    async def whole(req: SpeechRequest, fmt) -> tuple[bytes, list[dict]]:
+        """The whole response's bytes and words, with upstream's chunking (as the CLI)."""
+        slot = await held(time.monotonic() + pool.timeout)
+        try:
+            await slot.call(speaker.check, slot.model, req)
+            pieces = [p async for p in slot.steps(lambda: speaker.pieces(slot.model, req, False))]
+        except TimedOut as e:
+            raise APIError(504, str(e), code="timeout", type="server_error") from None
+        finally:
+            slot.release()
+        audio = np.concatenate([p.audio for p in pieces]) if pieces else np.zeros(0, np.float32)
+        body = await asyncio.to_thread(encode, audio, speaker.sample_rate, fmt)
+        return body, [w for p in pieces for w in p.words]
+
+    @app.post("/v1/audio/captioned_speech", dependencies=v1)
+    async def captioned_speech(req: SpeechRequest):
+        """Kokoro-FastAPI's captioned speech: the whole audio (base64) and its words' times."""
+        if not speaker.timestamps:
+            raise APIError(400, f"{model_id} ({speaker.family}) gives no word timestamps; Kokoro models do",
+                           param="model")
+        if req.stream_format is not None:
+            raise APIError(400, "captioned speech is one JSON answer; for words while streaming, use "
+                                "/v1/audio/speech with stream_format 'sse' (its deltas carry them)", param="stream_format")
+        fmt = check_request(req, False)
+        body, words = await whole(req, fmt)
+        return {"audio": base64.b64encode(body).decode(), "audio_format": fmt.name,
+                "sample_rate": speaker.sample_rate, "timestamps": words}
+
+    @app.post("/v1/audio/speech", dependencies=v1)
+    async def speech(req: SpeechRequest):
+        streaming = req.stream_format is not None
+        fmt = check_request(req, streaming)
+        if not streaming:
+            body, _ = await whole(req, fmt)
+            return Response(body, media_type=fmt.media_type)
 
         slot = await held(time.monotonic() + pool.timeout)
         try:
             await slot.call(speaker.check, slot.model, req)
-            pieces = slot.steps(lambda: speaker.pieces(slot.model, req, streaming))
-            if not streaming:
-                parts = [p.audio async for p in pieces]
-                slot.release()
-                audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-                body = await asyncio.to_thread(encode, audio, speaker.sample_rate, fmt)
-                return Response(body, media_type=fmt.media_type)
+            pieces = slot.steps(lambda: speaker.pieces(slot.model, req, True))
             first_piece = await anext(pieces)  # input errors surface here, before any header is sent
         except TimedOut as e:
             slot.release()
@@ -237,7 +265,10 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
             def delta(p, data: bytes) -> str:
                 nonlocal n_in, n_out
                 n_in, n_out = n_in + p.input_tokens, n_out + p.output_frames
-                return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                if p.words:  # ours: the words of this delta's audio, in seconds from the start
+                    event["words"] = p.words
+                return _sse(event)
 
             yield delta(first_piece, enc.feed(first_piece.audio))
             try:

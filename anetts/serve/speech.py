@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterator, Literal, Union
 
 import numpy as np
@@ -53,12 +53,14 @@ class Piece:
     audio: np.ndarray  # float32 mono at the model's rate
     input_tokens: int  # tokens of the input consumed by this piece
     output_frames: int  # model frames this piece holds
+    words: list[dict] = field(default_factory=list)  # {word, start_time, end_time}, s from the audio's start
 
 
 class Speaker:
     family: str
     sample_rate: int
     clones = False
+    timestamps = False
 
     def __init__(self, model_id: str, first_instance):
         self.model_id = model_id
@@ -83,6 +85,7 @@ def _bad(param: str, e: Exception) -> APIError:
 
 class KokoroSpeaker(Speaker):
     family = "kokoro"
+    timestamps = True  # where the language has words (the frontend's); empty for the others
 
     def __init__(self, model_id, first_instance):
         super().__init__(model_id, first_instance)
@@ -104,7 +107,7 @@ class KokoroSpeaker(Speaker):
     def pieces(self, model, req, streaming):
         try:  # input errors come from planning (before the first chunk) or from a chunk too long to split
             for c in model.stream(req.input, voice=req.voice_id, speed=req.speed, seed=req.seed, sentences=streaming):
-                yield Piece(c.audio, len(c.input_ids), c.frames)
+                yield Piece(c.audio, len(c.input_ids), c.frames, [asdict(w) for w in c.words])
         except InputError as e:
             raise _bad("input", e) from None
 

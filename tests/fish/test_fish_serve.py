@@ -103,6 +103,11 @@ def test_bad_registrations_are_named(server, clip, files, data, param, says):
     assert err["param"] == param and says in err["message"], err
 
 
+def test_no_word_timestamps_for_fish(server):
+    r = httpx.post(f"{server}/v1/audio/captioned_speech", json={"model": MODEL, "voice": "default", "input": "Hi."})
+    assert r.status_code == 400 and "timestamps" in r.json()["error"]["message"], r.text
+
+
 def test_a_clip_of_the_wrong_rate_is_named(server):
     buf = io.BytesIO()
     sf.write(buf, np.zeros(8000, np.float32), 16000, format="WAV")

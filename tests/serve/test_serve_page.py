@@ -1,6 +1,6 @@
 """The server's page in Debian's headless Chromium (Playwright, as the report's browser test): it lists
-the voices from the API, sends the chosen voice and speed, and plays the SSE stream chunk by chunk as
-it arrives, every sample of it."""
+the voices from the API, sends the chosen voice and speed, plays the SSE stream chunk by chunk as it
+arrives, every sample of it, and highlights each word as the audio clock reaches it."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from playwright.sync_api import sync_playwright
 
 from serve_helpers import live_server
 
-TEXT = "The sun is out. We walk to the park. Birds sing in the trees."
+TEXT = "The sun is out. We walk. Birds sing."
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,8 @@ def test_page_speaks_while_it_streams(model_dir):
     from report.test_report_browser import chromium_binary  # the report test's Chromium lookup
 
     tts = load(model_dir, backend="torch", threads=1)
-    want = [c.audio.size for c in tts.stream(TEXT, voice="syn_b", speed=1.25, sentences=True)]
+    chunks = list(tts.stream(TEXT, voice="syn_b", speed=1.25, sentences=True))
+    want = [c.audio.size for c in chunks]
     sent = []
     with live_server([tts], model_dir) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_binary(),
@@ -41,6 +42,9 @@ def test_page_speaks_while_it_streams(model_dir):
             page.eval_on_selector("#speed", "e => { e.value = '1.25'; e.dispatchEvent(new Event('input')); }")
             page.click("#speak")
             page.wait_for_function("() => window.anettsPlayer.done || window.anettsPlayer.error", timeout=120_000)
+            # words light up as the audio clock passes them
+            page.wait_for_function("() => window.anettsPlayer.highlighted > 0 || window.anettsPlayer.error",
+                                   timeout=30_000)
             player = page.evaluate("() => window.anettsPlayer")
             status = page.text_content("#status")
         finally:
@@ -51,3 +55,4 @@ def test_page_speaks_while_it_streams(model_dir):
     assert player["chunks"] == len(want) >= 3  # one scheduled buffer per sentence chunk, as it came
     assert player["samples"] == sum(want) and player["firstAudioMs"] is not None
     assert status.startswith("spoke ")
+    assert player["words"] == sum(len(c.words) for c in chunks) > 0 and player["highlighted"] > 0
