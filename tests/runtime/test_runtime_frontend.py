@@ -145,3 +145,17 @@ def test_cli_rejects_bad_lang_and_timestamps_suffix(model_dir, tmp_path, capsys,
     out = tmp_path / "o.wav"
     assert main(["speak", "Hello.", "--voice", "syn_a", "--model-dir", str(model_dir), "-o", str(out), *args]) == 2
     assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_text_chunk_predicted_too_long_is_split_at_words_and_keeps_their_times(tts):
+    """A chunk that fits by the estimate but overflows 3 s is split at words; no word loses its time."""
+    from anetts.runtime import KokoroRuntime
+
+    runtime = KokoroRuntime(tts.artifacts, tts.backend, tokens_per_second=40.0)  # a far too optimistic estimate
+    text = "I read it; wind the clock!"
+    r = runtime.synthesize(text, voice="syn_a", speed=0.5)
+    assert len(r.chunks) >= 2 and all(c.frames <= tts.max_frames for c in r.chunks)
+    assert [w.word for w in r.words] == [w.text for w in frontend("a").words(text) if w.phonemes]
+    assert all(c.words for c in r.chunks)
+    times = [t for w in r.words for t in (w.start_time, w.end_time)]
+    assert times == sorted(times) and times[-1] <= r.seconds

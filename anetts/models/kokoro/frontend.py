@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from anetts.models.kokoro.text import TextChunk, chunk_text, cut_phonemes, split_sentences
+from anetts.models.kokoro.text import TextChunk, chunk_text, cut_phonemes, speakable, split_sentences
 from anetts.models.kokoro.timestamps import Word
 from anetts.runtime.errors import FrontendUnavailable, InputError
 
@@ -277,7 +277,13 @@ class Frontend:
         if not chunk.words or len(chunk.words) < 2:
             return None
         limit = max(1, (len(chunk.phonemes) + 1) // 2)
-        parts = [c for run in word_chunks(chunk.words, limit) for c in _fit_words(run, limit)]
+        parts: list[TextChunk] = []
+        for part in (c for run in word_chunks(chunk.words, limit) for c in _fit_words(run, limit)):
+            if parts and not speakable(part.phonemes):  # a lone "!" would be skipped: it stays with its words
+                words = parts[-1].words + part.words
+                parts[-1] = TextChunk(_words_text(words), _words_ps(words), words)
+            else:
+                parts.append(part)
         return parts if len(parts) > 1 else None
 
 

@@ -48,6 +48,11 @@ def _has_speech(text: str) -> bool:
     return any(ch.isalnum() for ch in text)
 
 
+def speakable(phonemes: str) -> bool:
+    """Whether ``phonemes`` hold a symbol with a sound of its own (not only pauses/punctuation)."""
+    return any(ch not in _SILENT_SYMBOLS for ch in phonemes)
+
+
 def load_vocab(config: Union[str, Path, dict]) -> dict[str, int]:
     """The ``vocab`` (symbol -> id) of a Kokoro config.json (path or parsed dict)."""
     if not isinstance(config, dict):
