@@ -1,4 +1,4 @@
-"""``anetts`` command line: ``anetts speak "text" -o out.wav``, ``anetts publish ...``, ``anetts run-mil ...``."""
+"""``anetts`` command line: ``anetts speak "text" -o out.wav``, ``anetts serve``, ``anetts publish ...``, ``anetts run-mil ...``."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +58,28 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("-v", "--verbose", action="store_true", help="log more")
     s.set_defaults(func=_speak)
+
+    sv = sub.add_parser("serve", help="serve OpenAI's speech API (/v1/audio/speech) over a built model",
+                        description="An OpenAI-compatible speech server over a built model (needs the `serve` "
+                                    "extra): POST /v1/audio/speech, GET /v1/audio/voices, /v1/models, /health, "
+                                    "and a page at / that speaks while it streams.")
+    sv.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help=f"built model directory (default {DEFAULT_MODEL_DIR})")
+    sv.add_argument("--backend", choices=("torch", "coreml", "mil"), default=None,
+                    help="as for speak (default: coreml on macOS; torch for Kokoro, mil for Fish elsewhere)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 (default: none)")
+    sv.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                    help="allow browser pages from ORIGIN to call the API (repeatable; default: CORS off)")
+    sv.add_argument("--workers", type=int, default=1, help="model instances, each serving one request at a time (default 1)")
+    sv.add_argument("--queue", type=int, default=8, help="requests that may wait for a worker; more get 429 (default 8)")
+    sv.add_argument("--timeout", type=float, default=120.0, help="seconds per request, waiting included (default 120)")
+    sv.add_argument("--max-body-bytes", type=int, default=16 << 20, help="largest request body (default 16 MiB)")
+    sv.add_argument("--max-input-chars", type=int, default=4096, help="longest input text (default 4096, OpenAI's)")
+    sv.add_argument("--max-frames", type=int, default=None, help="Fish: most frames per text chunk (46.44 ms each)")
+    sv.add_argument("--threads", type=int, default=None, help="torch threads (torch and mil backends)")
+    sv.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sv.set_defaults(func=_serve)
 
     m = sub.add_parser("run-mil", help="run an .mlpackage with the MIL reference executor (anetts.mil.cli)",
                        add_help=False)
@@ -220,6 +242,34 @@ def _speak(args) -> int:
           f"(RTF {total / seconds:.3f}, backend {tts.backend.name}, {len(parts)} chunk(s))")
     if args.verbose:
         print(f"timings: {stages}")
+    return 0
+
+
+def _serve(args) -> int:
+    try:
+        from anetts.serve import ServeConfig, run
+    except ImportError as e:
+        print(f"anetts serve: error: {e.name or e} is missing; install the serve extra: pip install 'ane-tts[serve]'",
+              file=sys.stderr)
+        return 1
+    from anetts.runtime import TTSError
+
+    bad = [f"--{k.replace('_', '-')} must be >= {lo}, got {v}" for k, v, lo in
+           (("workers", args.workers, 1), ("queue", args.queue, 0), ("timeout", args.timeout, 0.001),
+            ("max_body_bytes", args.max_body_bytes, 1), ("max_input_chars", args.max_input_chars, 1),
+            ("port", args.port, 0), ("max_frames", args.max_frames or 1, 1)) if v < lo]
+    if bad:
+        print(f"anetts serve: error: {bad[0]}", file=sys.stderr)
+        return 2
+    config = ServeConfig(args.model_dir, backend=args.backend, workers=args.workers, queue=args.queue,
+                         timeout=args.timeout, api_key=args.api_key, cors_origins=args.cors_origin,
+                         max_body_bytes=args.max_body_bytes, max_input_chars=args.max_input_chars,
+                         max_frames=args.max_frames, threads=args.threads)
+    try:
+        run(config, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    except TTSError as e:
+        print(f"anetts serve: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

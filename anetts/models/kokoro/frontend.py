@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from anetts.models.kokoro.text import TextChunk, chunk_text, cut_phonemes, speakable
+from anetts.models.kokoro.text import TextChunk, chunk_text, cut_phonemes, speakable, split_sentences
 from anetts.models.kokoro.timestamps import Word
 from anetts.runtime.errors import FrontendUnavailable, InputError
 
@@ -247,8 +247,13 @@ class Frontend:
             ps = g2p(text)[0]
         return ps or ""
 
-    def chunks(self, text: str, limit: int = UPSTREAM_PHONEMES) -> list[TextChunk]:
-        """``text`` in the chunks upstream's pipeline makes, each at most ``limit`` phonemes."""
+    def chunks(self, text: str, limit: int = UPSTREAM_PHONEMES, sentences: bool = False) -> list[TextChunk]:
+        """``text`` in the chunks upstream's pipeline makes, each at most ``limit`` phonemes.
+
+        ``sentences``: each sentence chunked on its own (never packed with the next), for streaming."""
+        if sentences:
+            return [c for line in re.split(r"\n+", text.strip()) for s in split_sentences(line)
+                    for c in self.chunks(s, limit)]
         out: list[TextChunk] = []
         for segment in re.split(r"\n+", text.strip()):
             if not segment.strip():

@@ -34,6 +34,7 @@ from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, mak
 from anetts.runtime.backends import StageRunner
 from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+from anetts.models.kokoro.blend import parse_blend
 from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
 from anetts.models.kokoro.frontend import Frontend, frontend
 from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, tokenize
@@ -235,9 +236,16 @@ class KokoroRuntime:
         raise ArtifactError(f"no voices listed in the manifest of {self.artifacts.model_dir}")
 
     def voice_pack(self, voice: str | np.ndarray | None) -> np.ndarray:
-        """(510, 256) float32 style rows of a named voice (or a given pack)."""
+        """(510, 256) float32 style rows of a named voice, a blend ``"a(0.7)+b(0.3)"`` (the packs
+        weighted, weights normalized: :mod:`anetts.models.kokoro.blend`) or a given pack."""
         if voice is None:
             voice = self.default_voice
+        if isinstance(voice, str) and voice not in self._voices and ("+" in voice or "(" in voice):
+            terms = parse_blend(voice)
+            unknown = [n for n, _ in terms if n not in self.voices]
+            if unknown:
+                raise InputError(f"voice {voice!r}: unknown voice(s) {unknown}; available: {self.voices}")
+            return sum(w * self.voice_pack(n) for n, w in terms).astype(np.float32)
         if isinstance(voice, str):
             if voice not in self._voices:
                 names = self.voices
@@ -279,12 +287,14 @@ class KokoroRuntime:
         return [0, *ids, 0], dropped
 
     def plan(self, text: str | None = None, *, phonemes: str | None = None, speed: float = 1.0,
-             max_phonemes: int | None = None, lang: str | None = None, voice=None) -> list[TextChunk]:
+             max_phonemes: int | None = None, lang: str | None = None, voice=None,
+             sentences: bool = False) -> list[TextChunk]:
         """The chunks ``text`` (or ``phonemes``) will be synthesized in (language: ``lang``, else ``voice``'s)."""
         fe = frontend(lang, self.default_voice if voice is None else voice)
-        return [TextChunk(p.text or "", p.phonemes, p.words) for p in self._plan(text, phonemes, speed, max_phonemes, fe)]
+        return [TextChunk(p.text or "", p.phonemes, p.words)
+                for p in self._plan(text, phonemes, speed, max_phonemes, fe, sentences)]
 
-    def _plan(self, text, phonemes, speed, max_phonemes, fe: Frontend) -> list[_Piece]:
+    def _plan(self, text, phonemes, speed, max_phonemes, fe: Frontend, sentences: bool = False) -> list[_Piece]:
         if (text is None) == (phonemes is None):
             raise InputError("give either text or phonemes (exactly one)")
         what, value = ("text", text) if text is not None else ("phonemes", phonemes)
@@ -303,7 +313,7 @@ class KokoroRuntime:
             else:
                 if not any(ch.isalnum() for ch in text):
                     raise InputError(f"text {text.strip()[:40]!r} has no letters or digits (punctuation only); nothing to speak")
-                chunks = fe.chunks(text, limit)
+                chunks = fe.chunks(text, limit, sentences=sentences)
         except InputError:
             raise
         except ValueError as e:
@@ -436,10 +446,12 @@ class KokoroRuntime:
 
     def stream(self, text: str | None = None, voice=None, speed: float = 1.0, *, phonemes: str | None = None,
                seed: int = DEFAULT_SEED, max_phonemes: int | None = None, lang: str | None = None,
-               fade_ms: float = FADE_MS) -> Iterator[ChunkResult]:
+               fade_ms: float = FADE_MS, sentences: bool = False) -> Iterator[ChunkResult]:
         """Yield audio chunk by chunk as each is ready. Input is validated before this returns.
 
         ``lang``: upstream's language code or alias (``a``, ``en-gb``, ``ja`` ...); default: the voice's.
+        ``sentences``: text in one chunk per sentence (not packed up to the buckets), so the first
+        audio comes after the first sentence rather than after the first full chunk.
         """
         t0 = time.perf_counter()
         speed, seed = _validate_speed(speed), validate_seed(seed)
@@ -448,7 +460,7 @@ class KokoroRuntime:
         planning = _Timings()
         fe = frontend(lang, voice)
         with planning("frontend"):
-            pieces = self._plan(text, phonemes, speed, max_phonemes, fe)
+            pieces = self._plan(text, phonemes, speed, max_phonemes, fe, sentences)
         planning.t["total"] = time.perf_counter() - t0
         return self._stream(deque(pieces), pack, speed, seed, fade_ms, planning, fe)
 

@@ -236,6 +236,11 @@ def chunk_text(
     return chunks
 
 
+def split_sentences(text: str) -> list[str]:
+    """``text`` cut at sentence ends (. ! ? …, not after abbreviations), the sentences in order."""
+    return _split_at(_normalize_space(text), 0) if text.strip() else []
+
+
 def split_text(text: str, max_phonemes: int, phonemize_fn: Callable[[str], str]) -> list[str]:
     """The texts of :func:`chunk_text`'s chunks."""
     return [c.text for c in chunk_text(text, max_phonemes, phonemize_fn)]
