@@ -12,7 +12,7 @@ from anetts.artifacts import atomic_file
 DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
 # speak options only one family reads (default None: the runtime's default applies); given to a
 # model of the other family they are refused by name instead of silently ignored
-KOKORO_ONLY = ("voice", "speed")
+KOKORO_ONLY = ("voice", "speed", "lang")
 FISH_ONLY = ("reference_codes", "reference_audio", "reference_text", "temperature", "top_p", "top_k", "max_frames")
 
 
@@ -195,7 +195,7 @@ def _speak(args) -> int:
         if args.output.suffix.lower() != ".wav":
             print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
             return 2
-        chunks = tts.stream(text, phonemes=args.phonemes, seed=args.seed, lang=args.lang, **_given(args, KOKORO_ONLY))
+        chunks = tts.stream(text, phonemes=args.phonemes, seed=args.seed, **_given(args, KOKORO_ONLY))
         parts, timings, bar, words = [], {}, None, []
         for chunk in chunks:
             if bar is None and chunk.total > 1 and not args.no_progress:

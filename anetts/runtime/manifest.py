@@ -69,7 +69,7 @@ def contained_path(root: Path, rel, what: str, error: type[Exception] = Artifact
 PATH_KEYS = {
     "packages": ("path", "torchscript", "example_inputs", "parity.report"),
     "bundles": ("path", "parity.report"),
-    "assets": ("path",),
+    "assets": ("path", "output"),  # output: the build output `verify --repair` removes with it
     "chain": ("report",),
     "end_to_end": ("report",),
 }
