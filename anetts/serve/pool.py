@@ -1,7 +1,7 @@
 """Model instances shared by requests: one instance per worker, each used by one request at a time,
 with a bounded queue in front of them.
 
-A request holds an instance from :meth:`ModelPool.slot` until its last chunk is made (or until its
+A request holds an instance from :meth:`ModelPool.acquire` until its last chunk is made (or until its
 client leaves, or its time is up). The model's calls run in the pool's threads, one step at a time,
 so the event loop serves other requests meanwhile. A request that finds every instance busy and
 ``queue`` requests already waiting is refused at once (:class:`Busy`: 429 with Retry-After).
@@ -12,7 +12,6 @@ import asyncio
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from typing import Any, Callable, Iterator
 
 
@@ -67,14 +66,6 @@ class ModelPool:
             self.waiting -= 1
         self.busy += 1
         return Slot(self, inst, deadline)
-
-    @asynccontextmanager
-    async def slot(self, deadline: float):
-        held = await self.acquire(deadline)
-        try:
-            yield held
-        finally:
-            held.release()
 
     def _give_back(self, inst, held_seconds: float) -> None:
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * held_seconds
