@@ -97,7 +97,11 @@ def test_a_manifest_of_a_newer_version_is_refused(built_workflow, tmp_path, caps
     assert not out.exists()
 
 
-def test_repair_removes_no_output_outside_the_assets_own_folder(built_workflow, tmp_path, capsys):
+@pytest.mark.parametrize("output, says", [
+    ("../victim", "assets[0].output: path '../victim' points outside the model directory"),
+    ("packages", "which is not a folder inside the model directory holding it"),
+])
+def test_repair_removes_no_output_outside_the_assets_own_folder(built_workflow, tmp_path, capsys, output, says):
     """`verify --repair` removes the output a bad asset belongs to, as the manifest records it:
     an output that is not a folder holding the asset, inside the model directory, is refused."""
     model_dir = tmp_path / "model"
@@ -105,9 +109,9 @@ def test_repair_removes_no_output_outside_the_assets_own_folder(built_workflow, 
     victim = tmp_path / "victim"
     victim.mkdir()
     manifest = json.loads((model_dir / "manifest.json").read_text())
-    manifest["assets"][0]["output"] = "../victim"
+    manifest["assets"][0]["output"] = output
     (model_dir / "manifest.json").write_text(json.dumps(manifest))
     (model_dir / manifest["assets"][0]["path"]).write_bytes(b"bad")
     assert main(["verify", str(model_dir), "--repair"]) == 2
-    assert "which is not a folder inside the model directory holding it" in capsys.readouterr().err
-    assert victim.is_dir() and (model_dir / "manifest.json").is_file()
+    assert says in capsys.readouterr().err
+    assert victim.is_dir() and (model_dir / "packages").is_dir() and (model_dir / "manifest.json").is_file()

@@ -403,7 +403,7 @@ class KokoroRuntime:
     def predict_durations(self, input_ids: Sequence[int], voice=None, speed: float = 1.0, *,
                           ref_s: np.ndarray | None = None) -> np.ndarray:
         """Only the ``duration`` stage: frames per token (n,) for wrapped ids ``[0, *ids, 0]``."""
-        speed, seed = _validate_speed(speed), validate_seed(seed)
+        speed = _validate_speed(speed)
         ids = [int(i) for i in input_ids]
         if ref_s is None:
             ref_s = self.style_row(self.voice_pack(voice), len(ids) - 2)
@@ -426,7 +426,7 @@ class KokoroRuntime:
         ``ref_s`` (1, 256) overrides the voice row (default ``voice[len(ids) - 3]``, i.e. upstream's
         ``voice[len(phonemes) - 1]``). Raises :class:`InputError` if the utterance does not fit.
         """
-        speed = _validate_speed(speed)
+        speed, seed = _validate_speed(speed), validate_seed(seed)
         ids = [int(i) for i in input_ids]
         if len(ids) < 3:
             raise InputError(f"input_ids must hold at least one token between the two 0 wraps, got {ids}")
