@@ -1,7 +1,7 @@
 """Kokoro's text frontend (anetts.models.kokoro.frontend) against upstream `KPipeline`'s."""
 from __future__ import annotations
 
-import threading
+import functools
 from unittest import mock
 
 import pytest
@@ -9,6 +9,7 @@ import pytest
 from anetts.models.kokoro import frontend as F
 from anetts.models.kokoro.timestamps import Word
 from anetts.runtime.errors import FrontendUnavailable, InputError
+from concurrency import at_once
 from upstream_frontend import CORPUS, LONG_ENGLISH, pipeline
 
 
@@ -107,20 +108,4 @@ def test_g2p_is_safe_from_several_threads(code):
     fe = F.frontend(code)
     expected = [fe.chunks(t) for t in texts]
     for _ in range(3):
-        got: list = [None] * len(texts)
-        errors: list = []
-        barrier = threading.Barrier(len(texts))
-
-        def work(k):
-            try:
-                barrier.wait()
-                got[k] = fe.chunks(texts[k])
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(len(texts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors and got == expected
+        assert at_once([functools.partial(fe.chunks, t) for t in texts]) == expected

@@ -35,3 +35,9 @@ def fish_build(tmp_path_factory, fish_tiny) -> Path:
     workdir = make_workflow_copy(tmp_path_factory.mktemp("fishwf"), fish_config(fish_tiny))
     run_snakemake(workdir, "all")
     return workdir
+
+
+@pytest.fixture(scope="session")
+def model_dir(fish_build) -> Path:
+    """The fish-tiny model directory of `fish_build`."""
+    return fish_build / "artifacts" / "fish-tiny"

@@ -9,13 +9,7 @@ import pytest
 from anetts.models.fish import prompt as P
 from anetts.models.fish.sampling import SamplingParams, SemanticSampler, filtered_probs, sample_logits
 
-MODEL = "fish-tiny"
 FRAMES = 40  # >= 32 frames of closed-loop greedy equality
-
-
-@pytest.fixture(scope="module")
-def model_dir(fish_build):
-    return fish_build / "artifacts" / MODEL
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,6 @@ FRAMES = 6  # per text chunk: fish-tiny's random weights rarely stop on their ow
 
 
 @pytest.fixture(scope="module")
-def model_dir(fish_build):
-    return fish_build / "artifacts" / MODEL
-
-
-@pytest.fixture(scope="module")
 def tts(model_dir):
     import anetts
 

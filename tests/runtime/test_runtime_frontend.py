@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -14,6 +14,7 @@ from anetts.models.kokoro.frontend import frontend
 from anetts.models.kokoro.end_to_end import compare_texts, replayed_draws, waveform_snr_db
 from anetts.models.kokoro.timestamps import WordTimestamp
 from anetts.runtime import InputError
+from concurrency import at_once
 from rt_common import SHORT
 from upstream_frontend import pipeline
 
@@ -94,26 +95,9 @@ def test_concurrent_synthesis_equals_sequential(tts):
             ("今日は良い天気。", "j"), ("你好，天气很好。", "z")]
     expected = [tts.synthesize(t, voice="syn_a", lang=code, seed=k).audio for k, (t, code) in enumerate(jobs)]
     for _ in range(3):
-        got: list = [None] * len(jobs)
-        errors: list = []
-        barrier = threading.Barrier(len(jobs))
-
-        def work(k):
-            try:
-                barrier.wait()
-                text, code = jobs[k]
-                got[k] = tts.synthesize(text, voice="syn_a", lang=code, seed=k).audio
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(len(jobs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        got = at_once([functools.partial(tts.synthesize, t, voice="syn_a", lang=c, seed=k) for k, (t, c) in enumerate(jobs)])
         for k, (a, b) in enumerate(zip(expected, got)):
-            assert a.shape == b.shape and np.array_equal(a, b), jobs[k]
+            assert a.shape == b.audio.shape and np.array_equal(a, b.audio), jobs[k]
 
 
 def test_cli_writes_word_timestamps(tts, model_dir, tmp_path):
