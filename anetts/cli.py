@@ -228,7 +228,8 @@ def _speak(args) -> int:
         from anetts.models.kokoro.timestamps import format_timestamps
 
         try:
-            _write_text_atomically(args.timestamps, format_timestamps(words, args.timestamps.suffix))
+            with atomic_file(args.timestamps) as tmp:
+                tmp.write_text(format_timestamps(words, args.timestamps.suffix), encoding="utf-8")
         except OSError as e:
             print(f"anetts speak: error: cannot write {args.timestamps}: {e}", file=sys.stderr)
             return 1
@@ -271,22 +272,6 @@ def _serve(args) -> int:
         print(f"anetts serve: error: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def _write_text_atomically(path: Path, text: str) -> None:
-    """Write beside ``path`` and rename, so a failed write never leaves a partial file there."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _speak_fish(args, tts, text) -> int:
