@@ -201,12 +201,14 @@ def test_codec_windows_and_stream_join_the_one_shot_decode(tts_mil, monkeypatch)
     frame t depends on frames t-3..t+1 decodes the same audio one-shot, in windows and streamed; a
     causal one with the default margins too."""
     from anetts.runtime.manifest import PackageEntry
-    from anetts.stage import TensorSpec
+    from anetts.stage import FunctionSpec, TensorSpec
 
     def entry(F, **margins):
-        return PackageEntry("codec", f"f{F}", "main", tts_mil.artifacts.model_dir, "", (
-            TensorSpec("codes", (1, 10, F), "int32", ""), TensorSpec("frames_valid", (1,), "int32", "")),
-            (TensorSpec("audio", (1, 2048 * F), "float32", ""),), {"frames": F, **margins}, None, None)
+        main = FunctionSpec("main", (TensorSpec("codes", (1, 10, F), "int32", ""),
+                                     TensorSpec("frames_valid", (1,), "int32", "")),
+                            (TensorSpec("audio", (1, 2048 * F), "float32", ""),))
+        return PackageEntry("codec", f"f{F}", "main", (main,), tts_mil.artifacts.model_dir, "", {"frames": F, **margins},
+                            None, None)
 
     def decoder(codes):  # (n, 10) -> (n * 2048,)
         c = np.pad(codes.astype(np.float64), ((3, 1), (0, 0)))
