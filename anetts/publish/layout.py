@@ -211,7 +211,7 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
         lines.append(f"| {p['stage']} | {p['bucket']} | `{model}/{p['path']}` | {_fmt_bytes(p['bytes'])} | "
                      f"{p.get('deployment_target')} | {p.get('compute_units')} |")
     for b in manifest.get("bundles", []):
-        lines.append(f"| {b['stage']} | {', '.join(b.get('functions', {}))} (bundle) | `{model}/{b['path']}` | "
+        lines.append(f"| {b['stage']} | {', '.join(b.get('buckets', {}))} (bundle) | `{model}/{b['path']}` | "
                      f"{_fmt_bytes(b['bytes'])} | macOS15 | |")
     sizes = {v: sum(files[f"{model}/{f}"] for f in fs) for v, fs in variants.items()}
     lines += ["", "## Variants", "",
