@@ -339,9 +339,10 @@ class ModelArtifacts:
             raise ArtifactError(f"the manifest lists no package {stage}/{bucket}; have {self.buckets(stage)}") from None
 
     def entries(self, stage: str) -> list[PackageEntry]:
-        """The stage's packages, smallest bucket first."""
+        """The stage's packages, smallest bucket first (by its geometry: tokens, frames or KV context)."""
         es = [e for (s, _), e in self.packages.items() if s == stage]
-        return sorted(es, key=lambda e: e.tokens if "tokens" in e.geometry else e.frames)
+        return sorted(es, key=lambda e: next((int(e.geometry[k]) for k in ("tokens", "frames", "context")
+                                              if k in e.geometry), 0))
 
     def buckets(self, stage: str) -> list[str]:
         return [e.bucket for e in self.entries(stage)]
