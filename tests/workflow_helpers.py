@@ -42,6 +42,18 @@ def make_workflow_copy(dest: Path, config: dict) -> Path:
     return dest
 
 
+def commit_copy(workdir: Path) -> str:
+    """Make a workflow copy a git checkout of itself (one commit) so its build records a real commit
+    in its provenance; returns that commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(workdir), "-c", "user.name=test", "-c", "user.email=test@localhost",
+                               *args], check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "workflow copy")
+    return git("rev-parse", "HEAD")
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(workdir))
     proc = subprocess.run([*SNAKEMAKE, "--cores", "2", *args], cwd=workdir, env=env, capture_output=True, text=True)
