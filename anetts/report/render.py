@@ -271,14 +271,16 @@ def _bench_section(d: dict) -> str:
                          f'<span data-rtf="{_h(name)}:{_h(r["target_s"])}">{r["rtf_median"]:.4f}</span>']
                         + [_num(up.get(u, {}).get("warm", {}).get("median_s"), "{:.4f}") for u in ups]
                         + [_num(up.get(u, {}).get("ratio_upstream_over_runtime"), "{:.2f}×") for u in ups]
-                        + [_h(" · ".join(f"{k} {v:.3f}" for k, v in (r.get("stages_median_s") or {}).items()))])
+                        + [_h(" · ".join(f"{k} {v:.3f}" for k, v in (r.get("stages_median_s") or {}).items())
+                              + "".join(f" · per frame {k} {v * 1e3:.2f} ms"
+                                        for k, v in (r.get("per_frame_median_s") or {}).items()))])
         out.append("<b>End to end through the runtime</b>" + _table(head, rows, num_cols=tuple(range(len(head) - 1))))
         for dev, info in (b.get("upstream") or {}).items():
             if not info.get("available", True):
                 out.append(f"<p class='muted'>upstream {_h(dev)}: {_h(info.get('reason'))}</p>")
         out.append("<b>Per package</b>" + _table(
             ["stage/bucket", "compute units", "load s", "first call s", "warm median s", "p95 s"],
-            [[_h(f"{s['stage']}/{s['bucket']}"), _h(s.get("compute_units") or "—"), _num(s["load_s"], "{:.3f}"),
+            [[_h(s.get("label") or f"{s['stage']}/{s['bucket']}"), _h(s.get("compute_units") or "—"), _num(s["load_s"], "{:.3f}"),
               _num(s["first_call_s"], "{:.4f}"), _num(s["warm"]["median_s"], "{:.4f}"), _num(s["warm"]["p95_s"], "{:.4f}")]
              for s in b["stages"]], num_cols=(2, 3, 4, 5)))
         plan = b.get("compute_plan") or {}
