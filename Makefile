@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml Makefile requirements-spacy-en.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,coreai,serve]"
+	$(PY) -m pip install -q -e ".[test,coreai,serve,cluster-generic]"
 	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-spacy-en.txt
 	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(DAC_SPEC)" "$(MLX_AUDIO_SPEC)"
 	# a venv made when `cluster` was installed here: its plugins (and pandas, theirs alone) go
