@@ -40,7 +40,7 @@ import numpy as np
 
 from anetts import artifacts
 from anetts.provenance import provenance
-from anetts.runtime.backends import BACKENDS, COMPUTE_UNITS
+from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS as BACKENDS
 
 log = logging.getLogger(__name__)
 
@@ -167,47 +167,10 @@ def usable_targets(targets, capacity_s: float) -> list[int]:
 
 # ---------------------------------------------------------------------------------- programs
 
-class _Program:
-    """One loaded package as the bench drives it: `run(function, inputs, state)`, `new_state(function)`.
-
-    Over the runtime's own runner (Kokoro's stage runner, Fish's stage executors), so the bench times
-    exactly what synthesis runs; the shared runners of issue #22 (anetts/runtime/runners.py) replace it."""
-
-    def __init__(self, runner, entry):
-        self.runner, self.entry = runner, entry
-        executor = getattr(runner, "executor", None)  # a runner of stateful functions (Fish)
-        self._exec = executor(entry.stage, entry.bucket) if executor else None
-
-    def new_state(self, function: str):
-        return self._exec.new_state() if self._exec is not None and function in _stateful(self.entry) else None
-
-    def run(self, function: str, inputs, state=None):
-        if self._exec is not None:
-            return self._exec.run(function, inputs, state)
-        return self.runner.run(self.entry.stage, self.entry.bucket, inputs)
-
-
-def _stateful(entry) -> set[str]:
-    """Functions of `entry` that carry a state, from the example scenario (the v2 manifest's runtime
-    entry has no typed functions yet)."""
-    return {fn for fn, spec in _scenario_functions(entry).items() if spec.states}
-
-
-def _scenario_functions(entry) -> dict:
-    path = entry.example_inputs
-    if path is None or not Path(path).is_file():
-        return {}
-    with np.load(path) as z:
-        if "__scenario__" not in z.files:
-            return {}
-    from anetts.verify.scenario import load_scenario
-
-    return load_scenario(Path(path))[0].functions
-
-
 def example_calls(entry) -> dict[str, dict[str, np.ndarray]]:
     """Inputs per function of `entry`, from its build's example inputs: a bucketed stage's one set, or
-    the first call of each function in a stateful stage's scenario."""
+    the first call of each function in a stateful stage's scenario (timed on a fresh state: a call
+    costs the same whatever the state holds)."""
     path = entry.example_inputs
     if path is None or not Path(path).is_file():
         raise BenchError(f"{entry.label}: example inputs {path} are missing (the manifest's example_inputs); "
@@ -225,7 +188,10 @@ def example_calls(entry) -> dict[str, dict[str, np.ndarray]]:
     sc, _ = load_scenario(Path(path))
     calls = {}
     for c in sc.calls:
-        calls.setdefault(c.function, {k: np.ascontiguousarray(v) for k, v in c.inputs.items()})
+        if c.function not in calls:
+            spec = entry.spec(c.function)
+            calls[c.function] = {t.name: np.ascontiguousarray(c.inputs[t.name]).astype(t.np_dtype, copy=False)
+                                 for t in spec.inputs}
     return calls
 
 
@@ -248,7 +214,8 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
               lang: str | None = None, upstream=UPSTREAM_DEVICES, threads: int | None = None,
               compute_plan: bool = True) -> dict:
     """Run the whole harness; returns the JSON-ready result (see the module docstring)."""
-    from anetts.runtime import ModelArtifacts, load
+    from anetts.loader import load
+    from anetts.runtime import ModelArtifacts
 
     if backend is not None and backend != "auto" and backend not in BACKENDS:
         raise BenchError(f"--backend {backend!r}: choose from {list(BACKENDS)}")
@@ -265,7 +232,7 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
     t_start = time.perf_counter()
 
     tts = load(model_dir, backend=None if backend == "auto" else backend, threads=threads, compute_units=compute_units)
-    runner, arts = tts.backend, tts.artifacts
+    runner, arts = tts.backend, tts.artifacts  # the runtime's Runner (anetts.runtime.runners)
     backend = runner.name
     if backend != "coreml" and compute_units is not None:
         raise BenchError(f"--compute-units applies to the coreml backend only, not {backend!r}")
@@ -276,12 +243,11 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
     calls: dict[str, tuple] = {}
     for e in entries:
         t0 = time.perf_counter()
-        arts.verify(e, torchscript=getattr(runner, "uses_torchscript", False))
+        arts.verify(e, torchscript=runner.name == "torch")
         t1 = time.perf_counter()
-        runner.prepare(e.stage, e.bucket)
-        program = _Program(runner, e)
+        program = runner.program(e.stage, e.bucket)
         t2 = time.perf_counter()
-        cu = _compute_units(runner, e)
+        cu = runner.compute_units(e.stage, e) if runner.name == "coreml" else None
         functions = example_calls(e)
         for fn, inputs in functions.items():
             label = f"{e.label}:{fn}" if len(functions) > 1 else e.label
@@ -357,17 +323,6 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
     }
 
 
-def _compute_units(runner, entry) -> str | None:
-    """The Core ML compute units a package runs with (None off Core ML)."""
-    if runner.name != "coreml":
-        return None
-    if callable(getattr(runner, "compute_units", None)):  # Kokoro's runner resolves overrides per stage
-        return runner.compute_units(entry.stage, entry)
-    units = runner.compute_units  # Fish's runner keeps the override as given
-    units = units.get(entry.stage) if isinstance(units, dict) else units
-    return units or entry.compute_units or "ALL"
-
-
 def _torch_threads() -> int | None:
     """torch's intra-op threads where torch is loaded (the torch and mil executors, upstream); else None."""
     torch = sys.modules.get("torch")
@@ -388,7 +343,7 @@ def _compute_plans(entries, runner) -> dict:
 
     out = {"available": True, "packages": {}}
     for e in entries:
-        cu = _compute_units(runner, e)
+        cu = runner.compute_units(e.stage, e)
         try:
             plan = compute_plan(e.path, cu)
         except Exception as err:  # noqa: BLE001 - MLComputePlan needs macOS 14.4+; record why, keep the timings
@@ -438,8 +393,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anetts bench", description="Benchmark a built model on this machine: per-package "
                                 "load, first-call and warm times, end-to-end RTF, and upstream PyTorch side by side.")
     p.add_argument("--model-dir", type=Path, required=True, help="built model directory (artifacts/<model>)")
-    p.add_argument("--backend", choices=BACKENDS, default=None, help="coreml (macOS, default there), torch or mil "
-                   "(default elsewhere: the runtime's, torch for Kokoro, mil for Fish)")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="an executor of anetts.runtime.runners (default: "
+                   "coreml on macOS, else torch, or mil for a model without faithful TorchScript)")
     p.add_argument("--compute-units", nargs="+", default=None, metavar="UNITS",
                    help=f"coreml: one of {', '.join(COMPUTE_UNITS)} for every stage, or STAGE=UNITS pairs "
                         "(default: per stage from the manifest)")
