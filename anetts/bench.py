@@ -1,13 +1,14 @@
 """``anetts bench``: the benchmark harness users run on their own machine (Apple Silicon above all).
 
-What one run measures, on a built model directory:
+Family-neutral: what one run measures, on a built model directory of any family:
 
-- per package: verification (sha256) and load time (Core ML: load + on-device compile), the first
-  call separately, then warm calls;
-- end to end through the runtime (``synthesize_tokens``) for a fixed passage cut to about 3, 7, 15
-  and 30 s of audio (only the lengths the model's buckets can hold), with per-stage times and RTF;
-- side by side, the upstream PyTorch ``KModel`` on CPU and, where torch has it, MPS, on the same
-  token ids, style row and speed, so the speed ratio is measured on the user's machine;
+- per package: verification (sha256) and load time (Core ML: load + on-device compile); per function
+  of the package (Kokoro: its one function; Fish's slow chunks: ``prefill`` and ``decode`` on a fresh
+  KV state), the first call separately, then warm calls, on the build's own example inputs;
+- end to end, the family's workload (its declaration's ``bench`` module) for a fixed passage at about
+  3, 7, 15 and 30 s of audio (only the lengths the build can make in one piece): Kokoro through
+  ``synthesize_tokens`` with per-stage times, and upstream ``KModel`` on CPU and, where torch has it,
+  MPS side by side; Fish as greedy decode frames (slow chunks, head, fast AR per frame) and the codec;
 - peak RSS, and on macOS with Core ML the ``MLComputePlan`` placement of every package's ops.
 
 Timing schedule: ``warmup`` untimed calls per case, then ``iterations`` rounds in each of which
@@ -31,7 +32,9 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -44,7 +47,7 @@ log = logging.getLogger(__name__)
 BENCH_KIND = "anetts-bench"
 BENCH_SCHEMA = 1
 UPSTREAM_DEVICES = ("cpu", "mps")
-# A fixed passage (same as benchmarks/runtime_vs_upstream.py) cut to these audio lengths.
+# A fixed passage (same as benchmarks/runtime_vs_upstream.py), cut by each family's workload.
 PASSAGE = (
     "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips after "
     "decades of salt and wind. Every evening the keeper climbed the narrow stairs, counted the steps "
@@ -57,7 +60,20 @@ PASSAGE = (
     "hundreds of pages describing a life spent watching the horizon and waiting for nothing in particular."
 )
 TARGETS_S = (3, 7, 15, 30)
-FRAMES_PER_SECOND = 40
+
+
+@dataclass
+class Workload:
+    """A family's end-to-end cases for the harness: `cases[name]() -> (wall s, details or None)`
+    (names `upstream-<device>:<target>` are an upstream side, dropped with their device if it fails),
+    and `rows(samples, details)` -> the JSON's `end_to_end` rows."""
+
+    cases: dict[str, Callable[[], tuple[float, dict | None]]]
+    rows: Callable[[dict, dict], list[dict]]
+    settings: dict
+    upstream: dict = field(default_factory=dict)  # per device: available, load_s or the reason
+    upstream_runs: set = field(default_factory=set)  # devices whose cases are in `cases`
+    notes: list = field(default_factory=list)
 
 
 class BenchError(RuntimeError):
@@ -141,111 +157,67 @@ def parse_compute_units(values: list[str] | None) -> str | dict[str, str] | None
     return out
 
 
-# ---------------------------------------------------------------------------------- texts
+# ---------------------------------------------------------------------------------- targets
 
-def choose_prefixes(tts, words: list[str], voice: str, speed: float, lang: str, targets=TARGETS_S) -> list[dict]:
-    """For each target (s), the longest word prefix of the passage whose predicted frames fit it."""
-    from anetts.models.kokoro.frontend import phonemize
-
-    pack = tts.voice_pack(voice)
-    cache: dict[int, dict] = {}
-
-    def measure(k: int) -> dict:
-        if k not in cache:
-            text = " ".join(words[:k])
-            ps = phonemize(text, lang)
-            ids, _ = tts._tokenize(ps)
-            if len(ids) > tts.max_tokens:
-                cache[k] = {"k": k, "frames": 10**9}
-            else:
-                ref_s = tts.style_row(pack, len(ps))
-                frames = int(tts.predict_durations(ids, ref_s=ref_s, speed=speed).sum())
-                cache[k] = {"k": k, "text": text, "phonemes": ps, "ids": ids, "ref_s": ref_s, "frames": frames}
-        return cache[k]
-
-    chosen = []
-    for target in targets:
-        cap = min(target * FRAMES_PER_SECOND, tts.max_frames)
-        lo, hi = 1, len(words)
-        if measure(lo)["frames"] > cap:
-            raise BenchError(f"even one word of the passage exceeds {target} s")
-        while lo < hi:  # largest k with frames(k) <= cap (frames grow with k, near enough)
-            mid = (lo + hi + 1) // 2
-            if measure(mid)["frames"] <= cap:
-                lo = mid
-            else:
-                hi = mid - 1
-        c = dict(measure(lo), target_s=target)
-        if chosen and c["k"] == chosen[-1]["k"]:
-            log.warning("target %s s gives the same text as %s s (passage or buckets too short)", target, chosen[-1]["target_s"])
-        chosen.append(c)
-    return chosen
+def usable_targets(targets, capacity_s: float) -> list[int]:
+    """The target seconds a build can produce in one piece; the whole capacity (floored) if none fit."""
+    fit = [t for t in targets if t <= capacity_s]
+    return fit or [max(1, int(capacity_s))]
 
 
-def usable_targets(targets, max_frames: int) -> list[int]:
-    """The targets the largest seconds bucket can hold; the largest bucket itself if none can."""
-    fit = [t for t in targets if t * FRAMES_PER_SECOND <= max_frames]
-    return fit or [max_frames // FRAMES_PER_SECOND]
+# ---------------------------------------------------------------------------------- programs
 
-
-# ---------------------------------------------------------------------------------- upstream
-
-def _upstream_device(device: str):
-    import torch
-
-    if device == "cpu":
-        return torch.device("cpu"), None
-    if device == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if sys.platform != "darwin" or mps is None or not mps.is_available():
-            return None, f"torch has no MPS device on this machine ({sys.platform}, torch {torch.__version__})"
-        return torch.device("mps"), None
-    raise BenchError(f"--upstream {device!r}: choose from {list(UPSTREAM_DEVICES)}")
-
-
-def _upstream_runner(kmodel, device):
-    import torch
-
-    model = kmodel.to(device)
-
-    def run(text: dict) -> float:
-        ids = torch.tensor([text["ids"]], dtype=torch.long, device=device)
-        ref = torch.from_numpy(text["ref_s"]).to(device)
-        torch.manual_seed(0)
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            audio, _ = model.forward_with_tokens(ids, ref, text["speed"])
-            if device.type == "mps":
-                torch.mps.synchronize()
-        return time.perf_counter() - t0
-
-    return run
-
-
-# ---------------------------------------------------------------------------------- the run
-
-def _example_inputs(entry) -> dict[str, np.ndarray]:
+def example_calls(entry) -> dict[str, dict[str, np.ndarray]]:
+    """Inputs per function of `entry`, from its build's example inputs: a bucketed stage's one set, or
+    the first call of each function in a stateful stage's scenario (timed on a fresh state: a call
+    costs the same whatever the state holds)."""
     path = entry.example_inputs
     if path is None or not Path(path).is_file():
         raise BenchError(f"{entry.label}: example inputs {path} are missing (the manifest's example_inputs); "
                          "the bench times each package on its build's own example inputs")
     with np.load(path) as z:
-        missing = [t.name for t in entry.inputs if t.name not in z.files]
-        if missing:
-            raise BenchError(f"{entry.label}: {path} lacks inputs {missing}")
-        return {t.name: np.ascontiguousarray(z[t.name]).astype(t.np_dtype, copy=False) for t in entry.inputs}
+        scenario = "__scenario__" in z.files
+        if not scenario:
+            missing = [t.name for t in entry.inputs if t.name not in z.files]
+            if missing:
+                raise BenchError(f"{entry.label}: {path} lacks inputs {missing}")
+            return {entry.function: {t.name: np.ascontiguousarray(z[t.name]).astype(t.np_dtype, copy=False)
+                                     for t in entry.inputs}}
+    from anetts.verify.scenario import load_scenario
 
+    sc, _ = load_scenario(Path(path))
+    calls = {}
+    for c in sc.calls:
+        if c.function not in calls:
+            spec = entry.spec(c.function)
+            calls[c.function] = {t.name: np.ascontiguousarray(c.inputs[t.name]).astype(t.np_dtype, copy=False)
+                                 for t in spec.inputs}
+    return calls
+
+
+def workload_module(family: str):
+    """The family's end-to-end workload for the bench (its declaration's `bench` module)."""
+    import importlib
+
+    from anetts.families import declaration
+
+    decl = declaration(family)
+    if decl.bench is None:
+        raise BenchError(f"family {family!r} declares no bench workload (FamilyDecl.bench)")
+    return importlib.import_module(decl.bench)
+
+
+# ---------------------------------------------------------------------------------- the run
 
 def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None, iterations: int = 5,
-              warmup: int = 2, seed: int = 0, targets=TARGETS_S, voice: str | None = None, speed: float = 1.0,
-              lang: str = "en-us", upstream=UPSTREAM_DEVICES, threads: int | None = None,
+              warmup: int = 2, seed: int = 0, targets=TARGETS_S, voice: str | None = None, speed: float | None = None,
+              lang: str | None = None, upstream=UPSTREAM_DEVICES, threads: int | None = None,
               compute_plan: bool = True) -> dict:
     """Run the whole harness; returns the JSON-ready result (see the module docstring)."""
     from anetts.loader import load
-    from anetts.runtime import ModelArtifacts, default_executor
+    from anetts.runtime import ModelArtifacts
 
-    backend = default_executor() if backend in (None, "auto") else backend
-    if backend not in BACKENDS:
+    if backend is not None and backend != "auto" and backend not in BACKENDS:
         raise BenchError(f"--backend {backend!r}: choose from {list(BACKENDS)}")
     if backend == "coreml" and sys.platform != "darwin":
         raise BenchError(f"--backend coreml needs macOS (Core ML runs only there); this platform is {sys.platform!r} "
@@ -253,70 +225,50 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
                          "and run the coreml bench on a Mac")
     if iterations < 1 or warmup < 0:
         raise BenchError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
-    if backend != "coreml" and compute_units is not None:
+    if backend not in (None, "auto", "coreml") and compute_units is not None:
         raise BenchError(f"--compute-units applies to the coreml backend only, not {backend!r}")
-    family = ModelArtifacts.load(model_dir).family
-    if family != "kokoro":  # the harness feeds Kokoro's stages and compares with upstream Kokoro
-        raise BenchError(f"{model_dir} is a {family} build; anetts bench measures Kokoro builds only for now")
+    work = workload_module(ModelArtifacts.load(model_dir).family)
     started = _dt.datetime.now(_dt.timezone.utc)
     t_start = time.perf_counter()
 
-    tts = load(model_dir, backend=backend, threads=threads, compute_units=compute_units)
-    runner, arts = tts.backend, tts.artifacts
+    tts = load(model_dir, backend=None if backend == "auto" else backend, threads=threads, compute_units=compute_units)
+    runner, arts = tts.backend, tts.artifacts  # the runtime's Runner (anetts.runtime.runners)
+    backend = runner.name
+    if backend != "coreml" and compute_units is not None:
+        raise BenchError(f"--compute-units applies to the coreml backend only, not {backend!r}")
     entries = [arts.package(s, b) for s, b in sorted(arts.packages)]
 
-    # -- per package: verify, load (+ compile), first call ---------------------------------
+    # -- per package: verify, load (+ compile); per function: first call ----------------------
     stages: dict[str, dict] = {}
-    inputs: dict[str, dict] = {}
+    calls: dict[str, tuple] = {}
     for e in entries:
         t0 = time.perf_counter()
-        arts.verify(e, torchscript=getattr(runner, "uses_torchscript", False))
+        arts.verify(e, torchscript=runner.name == "torch")
         t1 = time.perf_counter()
-        runner.prepare(e.stage, e.bucket)
+        program = runner.program(e.stage, e.bucket)
         t2 = time.perf_counter()
-        inputs[e.label] = _example_inputs(e)
-        runner.run(e.stage, e.bucket, inputs[e.label])
-        t3 = time.perf_counter()
-        cu = runner.compute_units(e.stage, e) if hasattr(runner, "compute_units") else None
-        stages[e.label] = {"stage": e.stage, "bucket": e.bucket, "function": e.function, "compute_units": cu,
-                           "verify_s": t1 - t0, "load_s": t2 - t1, "first_call_s": t3 - t2}
+        cu = runner.compute_units(e.stage, e) if runner.name == "coreml" else None
+        functions = example_calls(e)
+        for fn, inputs in functions.items():
+            label = f"{e.label}:{fn}" if len(functions) > 1 else e.label
+            state = program.new_state(fn)
+            t3 = time.perf_counter()
+            program.run(fn, inputs, state)
+            first = time.perf_counter() - t3
+            calls[label] = (program, fn, inputs, state)
+            stages[label] = {"label": label, "stage": e.stage, "bucket": e.bucket, "function": fn, "compute_units": cu,
+                             "verify_s": t1 - t0, "load_s": t2 - t1, "first_call_s": first,
+                             "stateful": state is not None}
     rss_after_load = peak_rss_bytes()
 
-    # -- end-to-end texts and upstream sides -----------------------------------------------
-    voice = voice or tts.default_voice
-    texts = choose_prefixes(tts, PASSAGE.split(), voice, speed, lang, tuple(usable_targets(targets, tts.max_frames)))
-    for t in texts:
-        t["speed"] = speed
-    upstream_runs, upstream_info = {}, {}
-    if upstream:
-        from anetts.models.kokoro.weights import load_kmodel
-
-        for dev_name in upstream:
-            device, reason = _upstream_device(dev_name)
-            if device is None:
-                upstream_info[dev_name] = {"available": False, "reason": reason}
-                continue
-            t0 = time.perf_counter()
-            kmodel = load_kmodel(arts.model_dir / arts.manifest.get("weights_dir", "weights"))
-            upstream_runs[dev_name] = _upstream_runner(kmodel, device)
-            upstream_info[dev_name] = {"available": True, "load_s": time.perf_counter() - t0}
-
-    e2e_last: dict[int, object] = {}
-
-    def run_e2e(t):
-        r = tts.synthesize_tokens(t["ids"], ref_s=t["ref_s"], speed=speed, seed=0)
-        e2e_last[t["target_s"]] = r
-        return r.timings["total"], r.timings
-
+    # -- the family's end-to-end cases (and upstream sides where it has them) -------------------
+    w = work.workload(tts, targets=targets, voice=voice, speed=speed, lang=lang, upstream=upstream)
     cases: dict[str, callable] = {}
-    for e in entries:
-        cases[f"stage:{e.label}"] = (lambda e=e: (_timed(lambda: runner.run(e.stage, e.bucket, inputs[e.label])), None))
-    for t in texts:
-        cases[f"e2e:{t['target_s']}"] = (lambda t=t: run_e2e(t))
-        for dev_name, run in upstream_runs.items():
-            cases[f"upstream-{dev_name}:{t['target_s']}"] = (lambda t=t, run=run: (run(t), None))
+    for label, (program, fn, inputs, state) in calls.items():
+        cases[f"stage:{label}"] = (lambda p=program, fn=fn, x=inputs, st=state: (_timed(lambda: p.run(fn, x, st)), None))
+    cases.update(w.cases)
 
-    for _ in range(max(warmup, 1) if upstream_runs else warmup):
+    for _ in range(max(warmup, 1) if w.upstream_runs else warmup):
         for name in list(cases):
             if name not in cases:  # dropped with its failed upstream device
                 continue
@@ -326,8 +278,8 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
                 if not name.startswith("upstream-"):
                     raise
                 dev_name = name.split(":")[0].removeprefix("upstream-")
-                upstream_info[dev_name] = {"available": False, "reason": f"upstream failed: {type(err).__name__}: {err}"}
-                upstream_runs.pop(dev_name, None)
+                w.upstream[dev_name] = {"available": False, "reason": f"upstream failed: {type(err).__name__}: {err}"}
+                w.upstream_runs.discard(dev_name)
                 for other in [n for n in cases if n.startswith(f"upstream-{dev_name}:")]:
                     del cases[other]
     samples: dict[str, list[float]] = {name: [] for name in cases}
@@ -341,53 +293,40 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
                 details[name].append(extra)
         log.info("iteration %d/%d done", i + 1, iterations)
 
-    for e in entries:
-        stages[e.label]["warm"] = stats(samples[f"stage:{e.label}"])
-
-    e2e = []
-    for t in texts:
-        key = t["target_s"]
-        r = e2e_last[key]
-        warm = stats(samples[f"e2e:{key}"])
-        stage_keys = [k for k in details[f"e2e:{key}"][0] if k not in ("total", "load")]
-        row = {"target_s": key, "text": t["text"], "n_phonemes": len(t["phonemes"]), "n_tokens": len(t["ids"]),
-               "frames": t["frames"], "audio_s": r.seconds, "buckets": r.buckets, "warm": warm,
-               "rtf_median": warm["median_s"] / r.seconds,
-               "stages_median_s": {k: float(np.median([d.get(k, 0.0) for d in details[f"e2e:{key}"]])) for k in stage_keys},
-               "upstream": {}}
-        for dev_name in upstream_runs:
-            up = stats(samples[f"upstream-{dev_name}:{key}"])
-            row["upstream"][dev_name] = {"warm": up, "rtf_median": up["median_s"] / r.seconds,
-                                         "ratio_upstream_over_runtime": up["median_s"] / warm["median_s"]}
-        e2e.append(row)
+    for label in stages:
+        stages[label]["warm"] = stats(samples[f"stage:{label}"])
 
     plan = _compute_plans(entries, runner) if compute_plan else {"available": False, "reason": "not requested"}
-    import torch
-
     return {
         "kind": BENCH_KIND,
         "schema": BENCH_SCHEMA,
         "model": arts.name,
+        "family": arts.family,
         "model_dir": str(model_dir),
         "backend": backend,
         "compute_units": compute_units,
         "chip": chip_name(),
         "created_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "wall_s": time.perf_counter() - t_start,
-        "settings": {"iterations": iterations, "warmup": warmup, "seed": seed, "voice": voice, "speed": speed,
-                     "lang": lang, "targets_s": [t["target_s"] for t in texts], "upstream": list(upstream or []),
-                     "torch_threads": torch.get_num_threads(), "schedule": rounds},
+        "settings": {"iterations": iterations, "warmup": warmup, "seed": seed, **w.settings,
+                     "upstream": list(upstream or []), "torch_threads": _torch_threads(), "schedule": rounds},
         "stages": list(stages.values()),
-        "end_to_end": e2e,
-        "upstream": upstream_info,
+        "end_to_end": w.rows(samples, details),
+        "upstream": w.upstream,
         "memory": {"peak_rss_bytes_after_load": rss_after_load, "peak_rss_bytes": peak_rss_bytes()},
         "compute_plan": plan,
-        "notes": ["times are wall seconds; end to end = runtime synthesize_tokens from token ids (no G2P)",
+        "notes": ["times are wall seconds",
                   "load_s: backend load of the package (Core ML: load and on-device compile); "
-                  "first_call_s: the first predict after it",
-                  "upstream: KModel.forward_with_tokens on the same ids, style row and speed"],
+                  "first_call_s: the first call of the function after it (a stateful function: on a fresh state)",
+                  *w.notes],
         "provenance": provenance(),
     }
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op threads where torch is loaded (the torch and mil executors, upstream); else None."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
 
 
 def _timed(fn) -> float:
@@ -454,8 +393,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anetts bench", description="Benchmark a built model on this machine: per-package "
                                 "load, first-call and warm times, end-to-end RTF, and upstream PyTorch side by side.")
     p.add_argument("--model-dir", type=Path, required=True, help="built model directory (artifacts/<model>)")
-    p.add_argument("--backend", choices=BACKENDS, default=None, help="coreml (macOS, default there), torch (default "
-                   "elsewhere) or mil")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="an executor of anetts.runtime.runners (default: "
+                   "coreml on macOS, else torch, or mil for a model without faithful TorchScript)")
     p.add_argument("--compute-units", nargs="+", default=None, metavar="UNITS",
                    help=f"coreml: one of {', '.join(COMPUTE_UNITS)} for every stage, or STAGE=UNITS pairs "
                         "(default: per stage from the manifest)")
@@ -463,9 +402,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per case first (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the per-round order (default 0)")
     p.add_argument("--targets", type=int, nargs="+", default=list(TARGETS_S), help="audio seconds (default 3 7 15 30)")
-    p.add_argument("--voice", default=None)
-    p.add_argument("--speed", type=float, default=1.0)
-    p.add_argument("--lang", default="en-us")
+    p.add_argument("--voice", default=None, help="Kokoro: voice (default: the build's first)")
+    p.add_argument("--speed", type=float, default=None, help="Kokoro: speed (default 1.0)")
+    p.add_argument("--lang", default=None, help="Kokoro: language of the passage's G2P (default en-us)")
     p.add_argument("--upstream", nargs="*", default=list(UPSTREAM_DEVICES), choices=UPSTREAM_DEVICES,
                    help="upstream PyTorch devices timed side by side (default: cpu mps; none: --upstream)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (torch backend and upstream)")
@@ -501,8 +440,10 @@ def main(argv=None) -> int:
         return 1
     for r in result["end_to_end"]:
         ups = ", ".join(f"upstream {d} x{u['ratio_upstream_over_runtime']:.2f}" for d, u in r["upstream"].items())
+        frame = r.get("per_frame_median_s", {}).get("frame")
         print(f"{r['target_s']:>3} s target: {r['audio_s']:.2f} s audio, median {r['warm']['median_s']:.3f} s "
-              f"(p95 {r['warm']['p95_s']:.3f}), RTF {r['rtf_median']:.3f}" + (f"; {ups}" if ups else ""))
+              f"(p95 {r['warm']['p95_s']:.3f}), RTF {r['rtf_median']:.3f}" + (f"; {ups}" if ups else "")
+              + (f"; {frame * 1e3:.1f} ms per frame" if frame is not None else ""))
     print(f"wrote {out} ({result['backend']} on {result['chip']}); send this file back to be shown in the report")
     return 0
 

@@ -92,6 +92,9 @@ class FamilyDecl:
     # bytes of its packages}) -> dict; torch-free. None: the family projects no speed.
     frame_cost: str | None = None
     frame_cost_code: tuple[str, ...] = ()
+    # module whose `workload(runtime, targets=, voice=, speed=, lang=, upstream=)` gives `anetts bench`
+    # its end-to-end cases (anetts.bench.Workload); None: the bench has none for the family
+    bench: str | None = None
 
     def stage(self, name: str) -> StageDecl:
         """The declaration of `name`, also of a repeated stage's instance (`slow_chunk1`)."""

@@ -11,13 +11,18 @@ from pathlib import Path
 SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
 
-@functools.lru_cache(maxsize=1)
-def schema() -> dict:
+def load_schema(path: Path) -> dict:
     import yaml
 
     # libyaml's loader where PyYAML has it: the Snakefile reads this at every parse (no-op runs too)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(SCHEMA.read_text(encoding="utf-8"), Loader=loader)
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader)
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict:
+    """The config schema (read once per process; callers must not modify it)."""
+    return load_schema(SCHEMA)
 
 
 def _defaults(properties: dict) -> dict:

@@ -5,12 +5,13 @@ Rules stay declarative; everything they compute from config lives here, importab
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from pathlib import Path
 
 from dataclasses import asdict
 
-from anetts import artifacts
+from anetts import artifacts, options
 from anetts.family import bucket_regex
 from anetts.families import declaration
 from anetts.options import ConvertOptions, Gate, stage_build_keys, stage_schema_defaults
@@ -38,7 +39,7 @@ def canonical(value):
 # default" and silently override the family's value (a model setting only `buckets` would reset
 # its stage's deployment_target to macOS13), so these blocks keep what the config wrote.
 MODEL_OVERLAYS = ("stages", "end_to_end")
-SCHEMA_PATH = _PKG.parent / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = options.SCHEMA
 
 
 def check_yaml_syntax(path: str | Path) -> None:
@@ -50,7 +51,8 @@ def check_yaml_syntax(path: str | Path) -> None:
     if not path.is_file():
         return  # Snakemake names a missing config file itself
     try:
-        yaml.safe_load(path.read_text(encoding="utf-8"))
+        # libyaml's loader where PyYAML has it (every parse, no-op runs too, pays this); same marks
+        yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
         def at(mark):
             return f"line {mark.line + 1}, column {mark.column + 1}"
@@ -60,14 +62,37 @@ def check_yaml_syntax(path: str | Path) -> None:
         raise ConfigError(f"{path}: YAML syntax error at {where}: {e.problem or e.context}{context}") from None
 
 
-def validate_config(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
-    """Validate `config` against the schema (Snakemake's validator: defaults filled in), leaving a
-    model's overlay blocks as written."""
-    from snakemake.utils import validate
+@functools.lru_cache(maxsize=1)
+def _default_filling_validator():
+    """Draft 2020-12 with schema defaults filled into every object it checks: what Snakemake's
+    `snakemake.utils.validate` does (the jsonschema FAQ's recipe), without its schema re-read through
+    yte and pure-Python YAML, which was most of a no-op run's config cost (docs/startup.md)."""
+    from jsonschema import Draft202012Validator, validators
 
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        for name, subschema in properties.items():
+            if "default" in subschema:
+                instance.setdefault(name, copy.deepcopy(subschema["default"]))  # the schema is shared
+        yield from check_properties(validator, properties, instance, schema)
+
+    return validators.extend(Draft202012Validator, {"properties": set_defaults})
+
+
+def validate_config(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
+    """Validate `config` against the schema (defaults filled in), leaving a model's overlay blocks as
+    written. Bad input: Snakemake's WorkflowError around the schema's message, as its `validate` gives."""
+    import jsonschema
+    from snakemake.exceptions import WorkflowError
+
+    schema = options.schema() if Path(schema_path).resolve() == SCHEMA_PATH else options.load_schema(schema_path)
     written = {m: {k: copy.deepcopy(spec[k]) for k in MODEL_OVERLAYS if k in spec}
                for m, spec in (config.get("models") or {}).items() if isinstance(spec, dict)}
-    validate(config, str(schema_path))
+    try:
+        _default_filling_validator()(schema).validate(config)
+    except jsonschema.ValidationError as e:
+        raise WorkflowError("Error validating config file.", e) from None
     for m, blocks in written.items():
         config["models"][m].update(blocks)
     return config

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_helpers import make_workflow_copy, run_snakemake, small_config
+from workflow_helpers import commit_copy, make_workflow_copy, run_snakemake, small_config
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +29,7 @@ def tiny_model(tiny_weights):
 def built_workflow(tmp_path_factory, tiny_weights) -> Path:
     """kokoro-tiny built end to end by `snakemake all` (one bucket per stage)."""
     workdir = make_workflow_copy(tmp_path_factory.mktemp("wf"), small_config(tiny_weights))
+    commit_copy(workdir)  # so the build's provenance names a commit the report tests can check
     run_snakemake(workdir, "all")
     return workdir
 

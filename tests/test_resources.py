@@ -15,7 +15,7 @@ import yaml
 from anetts import resources
 from anetts.resources import RULES, RuleResources, ResourceError, estimate
 from anetts.workflow import WorkflowConfig
-from workflow_helpers import REPO, make_workflow_copy, run_snakemake, small_config
+from workflow_helpers import REPO, cluster_python, make_workflow_copy, run_snakemake, small_config
 
 BENCH_SCRIPT = REPO / "benchmarks" / "resources_from_benchmarks.py"
 
@@ -126,7 +126,7 @@ print({"executor": a.executor, "jobs": a.jobs, "retries": a.retries, "storage": 
 
 
 def parse_profiles(*profiles: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", PROFILE_PARSE, *map(str, profiles)], capture_output=True, text=True)
+    return subprocess.run([cluster_python(), "-c", PROFILE_PARSE, *map(str, profiles)], capture_output=True, text=True)
 
 
 def test_cluster_profiles_parse_with_their_plugins_and_a_typo_is_an_error(tmp_path):
@@ -171,7 +171,8 @@ def test_slurm_dry_run_lists_every_job_with_its_declared_resources(workflow_copy
     # all + the optional targets + a Fish model (its scenario rules) and a Fish variant (compressed
     # scenario stages, the variant's chain): every rule that a scheduler packs
     out = run_snakemake(workflow_copy, "-n", "--forceall", "all", "aimodels", "variants", "artifacts/fish-tiny/manifest.json",
-                        "artifacts/fish-tiny/variants/fish-int8/manifest.json", "--profile", "profiles/slurm").stdout
+                        "artifacts/fish-tiny/variants/fish-int8/manifest.json", "--profile", "profiles/slurm",
+                        python=cluster_python()).stdout
     jobs = dry_run_jobs(out)
     wf = WorkflowConfig(yaml.safe_load((workflow_copy / "config.yaml").read_text()), root=workflow_copy)
     res = RuleResources(wf)

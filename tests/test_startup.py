@@ -80,3 +80,18 @@ def test_coremltools_without_its_unused_probes_then_both_importable():
         print(skipped, callable(ct.convert), ct.proto.Model_pb2.Model.__name__)
     """)
     assert out == "[] True Model"
+
+
+def test_snakemake_in_the_project_venv_imports_no_remote_cluster_plugin():
+    """Snakemake imports every installed executor / storage plugin at each start, and hashes every job's
+    params through pandas whenever pandas is installed: the slurm / kubernetes / s3 plugins (and pandas,
+    which only slurm needs) live in `make cluster`'s venv, not here (docs/startup.md: half of a no-op run)."""
+    out = _fresh("""
+        import importlib.util, sys
+        from snakemake.cli import get_argument_parser
+        get_argument_parser()  # collects the plugins, as every snakemake run does
+        print(sorted(m for m in sys.modules if m.split(".")[0] in (
+            "snakemake_executor_plugin_slurm", "snakemake_executor_plugin_kubernetes", "snakemake_storage_plugin_s3",
+            "kubernetes", "boto3", "pandas")), importlib.util.find_spec("pandas") is not None)
+    """)
+    assert out == "[] False"

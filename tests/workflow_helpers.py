@@ -18,6 +18,15 @@ WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "workflow_scripts", "envs", "
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+def cluster_python() -> str:
+    """The interpreter of the venv holding the slurm / kubernetes / s3 plugins (`make cluster`), which
+    are kept out of the project venv because Snakemake imports every installed plugin at start."""
+    path = Path(os.environ.get("ANETTS_CLUSTER_PYTHON", REPO / ".venv-cluster" / "bin" / "python"))
+    if not path.is_file():
+        raise RuntimeError(f"the cluster plugins' venv is not at {path}: run `make cluster` (or set ANETTS_CLUSTER_PYTHON)")
+    return str(path)
+
+
 def small_config(weights_dir: Path | None = None, **stage_buckets) -> dict:
     """The repo config cut to kokoro-tiny with one small bucket per stage."""
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -42,9 +51,22 @@ def make_workflow_copy(dest: Path, config: dict) -> Path:
     return dest
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def commit_copy(workdir: Path) -> str:
+    """Make a workflow copy a git checkout of itself (one commit) so its build records a real commit
+    in its provenance; returns that commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(workdir), "-c", "user.name=test", "-c", "user.email=test@localhost",
+                               *args], check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "workflow copy")
+    return git("rev-parse", "HEAD")
+
+
+def run_snakemake(workdir: Path, *args: str, check: bool = True, python: str = sys.executable) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(workdir))
-    proc = subprocess.run([*SNAKEMAKE, "--cores", "2", *args], cwd=workdir, env=env, capture_output=True, text=True)
+    proc = subprocess.run([python, "-m", "snakemake", "--cores", "2", *args], cwd=workdir, env=env, capture_output=True,
+                          text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from anetts.artifacts import atomic_file
+from anetts.units import format_bytes
 
 WIDTH_LIMIT = 16384
 MAX_RANK = 5
@@ -609,18 +610,10 @@ def compute_plan(path, compute_units: str = "CPU_AND_NE") -> dict:
 # CLI
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def summary(info: dict) -> str:
     lines = [f"{info['package']}",
              f"  spec v{info['specification_version']} ({'/'.join(info['deployment_targets'][:2])}), "
-             f"{_human(info['bytes'])} on disk, unique weights {_human(info['weight_bytes_unique'])}, "
+             f"{format_bytes(info['bytes'])} on disk, unique weights {format_bytes(info['weight_bytes_unique'])}, "
              f"default function {info['default_function']}"]
     ud = info["metadata"]["user_defined"]
     keys = [k for k in ("anetts.model", "anetts.stage", "anetts.bucket", "anetts.precision",
@@ -628,7 +621,7 @@ def summary(info: dict) -> str:
     if keys:
         lines.append("  " + ", ".join(f"{k.split('.', 1)[1]}={ud[k]}" for k in keys))
     for fname, f in info["functions"].items():
-        lines.append(f"  function {fname} ({f['opset']}): {f['op_count']} ops, weights {_human(f['weight_bytes'])}")
+        lines.append(f"  function {fname} ({f['opset']}): {f['op_count']} ops, weights {format_bytes(f['weight_bytes'])}")
         for kind in ("inputs", "outputs"):
             for t in f[kind]:
                 flex = f" flexible={t['flexible']}" if t.get("flexible") else ""

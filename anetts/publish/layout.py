@@ -27,6 +27,7 @@ from pathlib import Path
 from anetts.artifacts import manifest_path, tree_sha256, write_json
 from anetts.publish.errors import PublishError
 from anetts.runtime.manifest import manifest_paths  # torch-free, like the rest of the manifest reader
+from anetts.units import format_bytes
 
 LAYOUT_VERSION = 1
 PUBLISH_MANIFEST = "manifest.json"
@@ -154,14 +155,6 @@ def _link_or_copy(src: Path, dst: Path) -> bool:
         return False
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 # ------------------------------------------------------------------------------------------ card
 
 def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: str, variants: dict) -> str:
@@ -208,14 +201,14 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
               "; Core ML itself did not run (it needs macOS), so device timings and ANE placement are unmeasured."), "",
               "## Packages", "", "| stage | bucket | path | size | deployment target | compute units |", "|---|---|---|---|---|---|"]
     for p in manifest.get("packages", []):
-        lines.append(f"| {p['stage']} | {p['bucket']} | `{model}/{p['path']}` | {_fmt_bytes(p['bytes'])} | "
+        lines.append(f"| {p['stage']} | {p['bucket']} | `{model}/{p['path']}` | {format_bytes(p['bytes'])} | "
                      f"{p.get('deployment_target')} | {p.get('compute_units')} |")
     for b in manifest.get("bundles", []):
         lines.append(f"| {b['stage']} | {', '.join(b.get('buckets', {}))} (bundle) | `{model}/{b['path']}` | "
-                     f"{_fmt_bytes(b['bytes'])} | macOS15 | |")
+                     f"{format_bytes(b['bytes'])} | macOS15 | |")
     sizes = {v: sum(files[f"{model}/{f}"] for f in fs) for v, fs in variants.items()}
     lines += ["", "## Variants", "",
-              *(f"- `{v}`: {len(fs)} files, {_fmt_bytes(sizes[v])}" for v, fs in variants.items()), "",
+              *(f"- `{v}`: {len(fs)} files, {format_bytes(sizes[v])}" for v, fs in variants.items()), "",
               "`coreml` is what Core ML needs (macOS 13+, bundles macOS 15+); `torch` adds the TorchScript exports "
               "the runtime runs on Linux. `anetts.load` downloads only the variant its backend needs.", "",
               "## Licence", "", f"{lic['license']}; see `LICENSE`.", ""]

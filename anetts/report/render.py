@@ -12,6 +12,7 @@ from pathlib import Path
 
 from anetts.report.collect import wav_data_uri
 from anetts.report.svg import hbar_chart
+from anetts.units import format_bytes
 
 CSS = """
 body{font:14px/1.45 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;color:#1d1d28;background:#fafafc}
@@ -43,16 +44,6 @@ def _num(v, fmt="{:.1f}", na="—") -> str:
         return fmt.format(v)
     except (TypeError, ValueError):
         return _h(v)
-
-
-def _bytes(n) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _table(head: list[str], rows: list[list[str]], cls: str = "", num_cols=()) -> str:
@@ -162,7 +153,7 @@ def _packages_section(d: dict) -> str:
         n_lint = len(ins["lint"])
         sev = sorted({f.get("severity", "?") for f in ins["lint"]})
         label = f"{r['stage']}/{r['bucket']}"
-        rows.append([f'<span data-package="{_h(label)}">{_h(label)}</span>', _bytes(ins["bytes"]), _bytes(wbytes),
+        rows.append([f'<span data-package="{_h(label)}">{_h(label)}</span>', format_bytes(ins["bytes"]), format_bytes(wbytes),
                      _h(ins["deployment_target"]), _h(m.get("precision", rep.get("precision", "—"))),
                      _h(m.get("compute_units", "—")), str(ops),
                      f'<span data-lint="{_h(label)}" data-count="{n_lint}">{n_lint}</span> {_h(", ".join(sev))}'])
@@ -170,7 +161,7 @@ def _packages_section(d: dict) -> str:
         for fname, f in fns.items():
             hist = sorted(f["ops"].items(), key=lambda kv: -kv[1])
             parts.append(f"<h3>{_h(label)} · function <code>{_h(fname)}</code> (opset {_h(f.get('opset'))}, "
-                         f"{f['op_count']} ops, {_bytes(f['weight_bytes'])} weights)</h3>")
+                         f"{f['op_count']} ops, {format_bytes(f['weight_bytes'])} weights)</h3>")
             parts.append(hbar_chart([{"key": f"{label}:{fname}:{op}", "label": op, "value": n, "status": "info"}
                                      for op, n in hist], figure=f"ops:{label}:{fname}", unit="ops", bar_h=12))
             io_rows = [[_h(kind), _h(t.get("name")), _h(t.get("dtype")), _h(t.get("shape"))]
@@ -193,7 +184,7 @@ def _packages_section(d: dict) -> str:
         for b in d["bundles"]:
             stage = Path(b["_path"]).stem
             brow.append([f'<span data-bundle="{_h(stage)}">{_h(stage)}</span>', _h(", ".join(b["functions"])),
-                         _bytes(b["bundle_bytes"]), _bytes(b.get("input_bytes_sum")), _bytes(b["weight_bytes_fp16"]),
+                         format_bytes(b["bundle_bytes"]), format_bytes(b.get("input_bytes_sum")), format_bytes(b["weight_bytes_fp16"]),
                          f'<span data-ratio="{_h(stage)}">{_num(b["ratio"], "{:.3f}")}</span>',
                          _num(b.get("goal_ratio"), "≤ {:g}"),
                          '<span class="pass">met</span>' if b.get("goal_met") else '<span class="fail">not met</span>'])
@@ -268,7 +259,7 @@ def _bench_section(d: dict) -> str:
                    f"<p class='muted'>{_h(name)} · {_h(m.get('system'))} {_h(m.get('release'))} {_h(m.get('machine'))} · "
                    f"compute units {_h(b.get('compute_units') or 'per stage from the manifest')} · "
                    f"{_h(b['settings'].get('iterations'))} iterations, {_h(b['settings'].get('warmup'))} warm-up, "
-                   f"order seed {_h(b['settings'].get('seed'))} · peak RSS {_bytes(b['memory'].get('peak_rss_bytes'))}</p>")
+                   f"order seed {_h(b['settings'].get('seed'))} · peak RSS {format_bytes(b['memory'].get('peak_rss_bytes'))}</p>")
         ups = sorted({dev for r in b["end_to_end"] for dev in r.get("upstream", {})})
         head = ["target s", "audio s", "median s", "p90 s", "p95 s", "RTF"] + [f"upstream {u} median s" for u in ups] + \
                [f"upstream {u} / runtime" for u in ups] + ["per stage, median s"]
@@ -280,14 +271,16 @@ def _bench_section(d: dict) -> str:
                          f'<span data-rtf="{_h(name)}:{_h(r["target_s"])}">{r["rtf_median"]:.4f}</span>']
                         + [_num(up.get(u, {}).get("warm", {}).get("median_s"), "{:.4f}") for u in ups]
                         + [_num(up.get(u, {}).get("ratio_upstream_over_runtime"), "{:.2f}×") for u in ups]
-                        + [_h(" · ".join(f"{k} {v:.3f}" for k, v in (r.get("stages_median_s") or {}).items()))])
+                        + [_h(" · ".join(f"{k} {v:.3f}" for k, v in (r.get("stages_median_s") or {}).items())
+                              + "".join(f" · per frame {k} {v * 1e3:.2f} ms"
+                                        for k, v in (r.get("per_frame_median_s") or {}).items()))])
         out.append("<b>End to end through the runtime</b>" + _table(head, rows, num_cols=tuple(range(len(head) - 1))))
         for dev, info in (b.get("upstream") or {}).items():
             if not info.get("available", True):
                 out.append(f"<p class='muted'>upstream {_h(dev)}: {_h(info.get('reason'))}</p>")
         out.append("<b>Per package</b>" + _table(
             ["stage/bucket", "compute units", "load s", "first call s", "warm median s", "p95 s"],
-            [[_h(f"{s['stage']}/{s['bucket']}"), _h(s.get("compute_units") or "—"), _num(s["load_s"], "{:.3f}"),
+            [[_h(s.get("label") or f"{s['stage']}/{s['bucket']}"), _h(s.get("compute_units") or "—"), _num(s["load_s"], "{:.3f}"),
               _num(s["first_call_s"], "{:.4f}"), _num(s["warm"]["median_s"], "{:.4f}"), _num(s["warm"]["p95_s"], "{:.4f}")]
              for s in b["stages"]], num_cols=(2, 3, 4, 5)))
         plan = b.get("compute_plan") or {}

@@ -34,9 +34,10 @@ def test_schedule_is_seeded_and_counterbalanced():
 
 
 def test_targets_fit_the_largest_bucket():
-    assert usable_targets((3, 7, 15, 30), 120) == [3]
-    assert usable_targets((3, 7, 15, 30), 1200) == [3, 7, 15, 30]
-    assert usable_targets((7,), 120) == [3]
+    assert usable_targets((3, 7, 15, 30), 3.0) == [3]  # capacity in seconds (Kokoro: 120 frames at 40 Hz)
+    assert usable_targets((3, 7, 15, 30), 30.0) == [3, 7, 15, 30]
+    assert usable_targets((7,), 3.0) == [3]
+    assert usable_targets((3, 7), 6.3) == [3]  # Fish: the frames a prompt leaves in the context
 
 
 def test_compute_units_argument():

@@ -31,6 +31,7 @@ DECLARATION = FamilyDecl(
     },
     implementation="anetts.models.fish.impl",
     runtime="anetts.models.fish.runtime:FishRuntime",
+    bench="anetts.models.fish.bench",
     licence=LICENCE,
     upstream=("fish-speech", "transformers", "descript-audio-codec"),
     weights_code={

@@ -24,6 +24,7 @@ DECLARATION = FamilyDecl(
     },
     implementation="anetts.models.kokoro.impl",
     runtime="anetts.models.kokoro.runtime:KokoroRuntime",
+    bench="anetts.models.kokoro.bench",
     licence="Apache-2.0 (Kokoro-82M weights by hexgrad)",
     upstream=("kokoro", "transformers"),
     weights_code={
