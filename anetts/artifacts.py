@@ -52,6 +52,21 @@ def export_inputs(model: str, stage: str, bucket: str, kind: str = "bucketed", r
     return base.with_name(base.name + (".inputs.npz" if kind == "bucketed" else ".scenario.npz"))
 
 
+def export_files(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> dict[str, Path]:
+    """Every file an export writes, by role: `traced` (export_traced), `report`, and what parity
+    plays: `example_inputs` + `export_outputs` (eager and traced outputs) of a bucketed stage, or a
+    scenario stage's `scenario` (its calls and upstream's outputs per call)."""
+    base = export_base(model, stage, bucket, root)
+    files = {"traced": export_traced(model, stage, bucket, kind, root),
+             "report": base.with_name(base.name + ".export.json")}
+    if kind == "bucketed":
+        files.update(example_inputs=export_inputs(model, stage, bucket, kind, root),
+                     export_outputs=base.with_name(base.name + ".outputs.npz"))
+    else:
+        files["scenario"] = export_inputs(model, stage, bucket, kind, root)
+    return files
+
+
 def end_to_end_path(model: str, root: Path = ARTIFACTS) -> Path:
     """The runtime over the compiled packages against upstream on fixed texts (rule end_to_end)."""
     return model_dir(model, root) / "end_to_end.json"
@@ -72,6 +87,13 @@ def package_report(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) 
 
 def parity_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "parity" / stage / f"{bucket}.json"
+
+
+def failed_report_path(out: Path) -> Path:
+    """Where a gate that failed writes its report: `<stem>.failed.json` beside the output it did not
+    earn (nothing at that output, so nothing downstream takes the failure for a pass)."""
+    out = Path(out)
+    return out.with_name(out.stem + ".failed.json")
 
 
 def inspect_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:

@@ -223,9 +223,12 @@ class WorkflowConfig:
     def assets_code(self, model: str) -> list[str]:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
-    def parity_code(self) -> list[str]:
+    def parity_code(self, model: str | None = None, stage: str | None = None) -> list[str]:
+        """The verifying code: a scenario stage's also plays its scenario (verify/scenario*.py)."""
+        scenario = stage is not None and self.stage_kind(model, stage) == "scenario"
         return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
-                          _PKG / "options.py"])
+                          _PKG / "options.py",
+                          *((_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py") if scenario else ())])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
@@ -341,8 +344,6 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "verify" / "end_to_end.py",
                           _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
 
-    def scenario_parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py", *self.parity_code()])
 
     def reference_params(self, model: str) -> dict:
         """Parameters of the shared reference run beyond its bucket size (scenario families: frames)."""
@@ -370,6 +371,18 @@ class WorkflowConfig:
 
     def packages(self, model: str) -> list[str]:
         return [str(artifacts.package_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def export_files(self, model: str, stage: str, bucket: str) -> dict[str, str]:
+        """The files of one export, by role (artifacts.export_files): the stage's kind says which."""
+        return {k: str(p) for k, p in artifacts.export_files(model, stage, bucket, self.stage_kind(model, stage)).items()}
+
+    def verify_inputs(self, model: str, stage: str, bucket: str) -> dict[str, str]:
+        """What a package is verified against (rules parity, compress): its export minus the trace,
+        under the role names the scripts read (`export_report`, `example_inputs`, `scenario`, ...)."""
+        files = self.export_files(model, stage, bucket)
+        files.pop("traced")
+        files["export_report"] = files.pop("report")
+        return files
 
     def torchscripts(self, model: str) -> list[str]:
         """Per package, its traced export (a scenario stage's: a folder with one TorchScript per function)."""

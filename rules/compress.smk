@@ -1,6 +1,6 @@
 # Compressed variants (config `variants`): weight-only int8 / palettized copies of the verified
-# packages, each gated against the same eager fp32 reference (bucketed stages like rule `parity`,
-# scenario stages like `parity_scenario`), then composed where the family has a chain check;
+# packages, each gated against the same eager fp32 reference as rule `parity` gates the package,
+# then composed where the family has a chain check;
 # `snakemake variants` builds them all.
 from anetts.variants import VariantConfig
 
@@ -13,15 +13,15 @@ wildcard_constraints:
 
 
 rule compress:
-    """One verified package → its compressed variant, kept only if it passes the variant's gate."""
+    """One verified package → its compressed variant (a scenario stage's functions still share one
+    copy of the weights), kept only if it passes the variant's gate: scored as rule `parity`
+    scores the package (one call, or the stage's scenario)."""
     input:
+        unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
         base_package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
         base_report="artifacts/{model}/packages/{stage}/{bucket}.json",
         # only a package that passed its own gate is compressed
         base_parity="artifacts/{model}/parity/{stage}/{bucket}.json",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
         code=lambda w: VC.code(w.model, w.stage),
     output:
         package=directory(
@@ -33,51 +33,11 @@ rule compress:
         "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/compress/{variant}/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("compress")
     resources:
         **RES.of("compress"),
-    params:
-        settings=lambda w: VC.settings(w.model, w.variant, w.stage),
-        gate=lambda w: VC.gate(w.model, w.variant, w.stage),
-        default_gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
-        versions=WF.versions("coremltools", "numpy"),
-    script:
-        "../workflow_scripts/compress.py"
-
-
-rule compress_scenario:
-    """A scenario stage's verified multifunction package → its compressed variant (the functions
-    still share one copy of the weights), kept only if it plays the scenario within the gate.
-    """
-    input:
-        base_package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        base_report="artifacts/{model}/packages/{stage}/{bucket}.json",
-        base_parity="artifacts/{model}/parity/{stage}/{bucket}.json",
-        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=lambda w: VC.code(w.model, w.stage),
-    output:
-        package=directory(
-            "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
-        ),
-        report="artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.json",
-        parity="artifacts/{model}/variants/{variant}/parity/{stage}/{bucket}.json",
-    log:
-        "artifacts/{model}/logs/compress_scenario/{variant}/{stage}/{bucket}.log",
-    benchmark:
-        "artifacts/{model}/benchmarks/compress_scenario/{variant}/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    conda:
-        "../envs/anetts.yaml"
-    threads: RES.threads("compress_scenario")
-    resources:
-        **RES.of("compress_scenario"),
     params:
         settings=lambda w: VC.settings(w.model, w.variant, w.stage),
         gate=lambda w: VC.gate(w.model, w.variant, w.stage),

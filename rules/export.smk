@@ -7,11 +7,11 @@ rule export:
         # edit reruns exactly this stage's exports and what depends on them.
         code=lambda w: WF.stage_code(w.model, w.stage),
     output:
-        torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
+        traced="artifacts/{model}/export/{stage}/{bucket}.pt",
         example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
         report="artifacts/{model}/export/{stage}/{bucket}.export.json",
         # eager (parity's reference) and traced outputs on the example inputs
-        outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
+        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
     log:
         "artifacts/{model}/logs/export/{stage}/{bucket}.log",
     benchmark:
@@ -31,6 +31,8 @@ rule export:
         "../workflow_scripts/export.py"
 
 
+# A scenario stage's export writes other files (a folder of one TorchScript per function, the
+# scenario's calls) than a bucketed stage's, so the step is two rules; one script runs both.
 rule export_scenario:
     """Trace a scenario stage's functions at one bucket and record its teacher-forced scenario
     (upstream's calls and outputs; the eager wrapper checked against them at fp32)."""
@@ -39,7 +41,7 @@ rule export_scenario:
         reference=lambda w: WF.export_reference(w.model, w.stage, w.bucket),
         code=lambda w: WF.stage_code(w.model, w.stage),
     output:
-        functions=directory("artifacts/{model}/export/{stage}/{bucket}.functions"),
+        traced=directory("artifacts/{model}/export/{stage}/{bucket}.functions"),
         scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
         report="artifacts/{model}/export/{stage}/{bucket}.export.json",
     log:
@@ -59,4 +61,4 @@ rule export_scenario:
         stage=lambda w: WF.stage_params(w.model, w.stage),
         versions=lambda w: WF.upstream_versions(w.model),
     script:
-        "../workflow_scripts/export_scenario.py"
+        "../workflow_scripts/export.py"

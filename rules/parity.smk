@@ -1,15 +1,13 @@
 rule parity:
-    """Upstream eager fp32 vs traced export vs the package (MIL executor; CoreML on macOS), gated.
-
-    The eager and traced outputs come from the export job (same inputs), so this job loads
-    neither the model nor the TorchScript: one executor run per package.
+    """The package against upstream eager fp32 (MIL executor; CoreML on macOS), gated: one call on
+    the export's example inputs (its eager and traced outputs come from the export job, so this job
+    loads neither the model nor the TorchScript), or a scenario stage's teacher-forced calls with
+    the state carried, each call against upstream, logits also by top-1 agreement.
     """
     input:
+        unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
         package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=WF.parity_code(),
+        code=lambda w: WF.parity_code(w.model, w.stage),
     output:
         report="artifacts/{model}/parity/{stage}/{bucket}.json",
         arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
@@ -17,8 +15,6 @@ rule parity:
         "artifacts/{model}/logs/parity/{stage}/{bucket}.log",
     benchmark:
         "artifacts/{model}/benchmarks/parity/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity")
@@ -29,35 +25,6 @@ rule parity:
         compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
     script:
         "../workflow_scripts/parity.py"
-
-
-rule parity_scenario:
-    """The package plays the export's teacher-forced scenario (state carried), each call against
-    upstream; logits also by top-1 agreement. Gated: a failing call fails the rule."""
-    input:
-        package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=WF.scenario_parity_code(),
-    output:
-        report="artifacts/{model}/parity/{stage}/{bucket}.json",
-        arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
-    log:
-        "artifacts/{model}/logs/parity_scenario/{stage}/{bucket}.log",
-    benchmark:
-        "artifacts/{model}/benchmarks/parity_scenario/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    conda:
-        "../envs/anetts.yaml"
-    threads: RES.threads("parity_scenario")
-    resources:
-        **RES.of("parity_scenario"),
-    params:
-        gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
-    script:
-        "../workflow_scripts/parity_scenario.py"
 
 
 rule chain_parity:

@@ -10,7 +10,6 @@ from anetts.resources import spec as rule_spec
 NOT_REPORTED = {
     "report",
     "compress",
-    "compress_scenario",
     "variant_chain_parity",
     "variant_manifest",
     "variants_summary",

@@ -93,7 +93,8 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
         }
         if report.get("kind") == "scenario":
             # several functions sharing weights and states; parity played a scenario (its calls' file)
-            entry.update({"kind": "scenario", "functions": report["functions"],
+            # the convert report's typed list, keyed by name as manifest v2 readers expect
+            entry.update({"kind": "scenario", "functions": {f["name"]: f for f in report["functions"]},
                           "example_inputs": rel(Path(torchscript).with_suffix(".scenario.npz"))})
         entries.append(entry)
     bundle_entries = []

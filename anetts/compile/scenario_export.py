@@ -65,7 +65,7 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
     out_functions, out_scenario, out_json = Path(out_functions), Path(out_scenario), Path(out_json)
     clear_outputs(out_functions, out_scenario, out_json)
     t0 = time.perf_counter()
-    stage = family.scenario_stage(stage_name, params, weights_dir)
+    stage = family.stage(stage_name, params, weights_dir)
     functions = stage.functions(size)
     model = stage.load(weights_dir, size)
     module = stage.build(model).eval()
