@@ -127,7 +127,7 @@ class VariantConfig:
     # -- rule inputs -------------------------------------------------------------------------
     def code(self, model: str, stage: str) -> list[str]:
         scoring = (["scenario_parity.py", "scenario.py"] if self.wf.stage_kind(model, stage) == "scenario" else [])
-        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "verify" / "parity.py",
+        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "compile" / "inspect.py", _PKG / "verify" / "parity.py",
                              _PKG / "verify" / "metrics.py", *(_PKG / "verify" / f for f in scoring)])
 
     def compressed(self, model: str, name: str, stage: str) -> bool:

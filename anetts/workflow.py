@@ -258,7 +258,7 @@ class WorkflowConfig:
 
     def convert_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py",
-                          _PKG / "options.py"])
+                          _PKG / "compile" / "stamp.py", _PKG / "options.py"])
 
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py"])
@@ -272,7 +272,7 @@ class WorkflowConfig:
         return [str(artifacts.bundle_path(model, s)) for s in self.bundled_stages(model)]
 
     def bundle_reports(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s).with_suffix(".json")) for s in self.bundled_stages(model)]
+        return [str(artifacts.bundle_report(model, s)) for s in self.bundled_stages(model)]
 
     def example_inputs(self, model: str) -> list[str]:
         """Per package, what its parity ran on: the example inputs, or a scenario stage's calls."""
@@ -286,7 +286,7 @@ class WorkflowConfig:
                 str(artifacts.assets_dir(model))]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.bundled_stages(model)]
+        return [str(artifacts.bundle_parity_path(model, s)) for s in self.bundled_stages(model)]
 
     # -- the compiled chain (rule chain_parity): the packages composed as the runtime composes them
     def has_chain(self, model: str) -> bool:
@@ -357,11 +357,7 @@ class WorkflowConfig:
         return str(artifacts.parity_path(model, stage, bucket))
 
     def parity_arrays(self, model: str, stage: str, bucket: str) -> str:
-        return str(artifacts.parity_path(model, stage, bucket).with_suffix(".outputs.npz"))
-
-    @staticmethod
-    def export_base(model: str, stage: str, bucket: str) -> str:
-        return str(artifacts.export_base(model, stage, bucket))
+        return str(artifacts.arrays_beside(artifacts.parity_path(model, stage, bucket)))
 
     def inspect_reports(self, model: str) -> list[str]:
         return [str(artifacts.inspect_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
@@ -406,7 +402,7 @@ class WorkflowConfig:
 
     def aimodel_code(self, model: str, stage: str) -> list[str]:
         # the asset is a fresh torch.export of the stage wrapper, so the stage's code is an input
-        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py"])
+        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py", _PKG / "compile" / "stamp.py"])
 
     def aimodel_parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "aimodel_parity.py", *self.parity_code()])

@@ -18,21 +18,19 @@ rule compress:
     scores the package (one call, or the stage's scenario)."""
     input:
         unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
-        base_package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        base_report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        base_package=PATHS["package"],
+        base_report=PATHS["package_report"],
         # only a package that passed its own gate is compressed
-        base_parity="artifacts/{model}/parity/{stage}/{bucket}.json",
+        base_parity=PATHS["parity"],
         code=lambda w: VC.code(w.model, w.stage),
     output:
-        package=directory(
-            "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
-        ),
-        report="artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.json",
-        parity="artifacts/{model}/variants/{variant}/parity/{stage}/{bucket}.json",
+        package=directory(PATHS["variant_package"]),
+        report=PATHS["variant_report"],
+        parity=PATHS["variant_parity"],
     log:
-        "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
+        log_of("compress"),
     benchmark:
-        "artifacts/{model}/benchmarks/compress/{variant}/{stage}/{bucket}.tsv"
+        benchmark_of("compress")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("compress")
@@ -55,15 +53,15 @@ rule variant_chain_parity:
     input:
         packages=lambda w: VC.chain_packages(w.model, w.variant, w.bucket),
         parity=lambda w: VC.chain_parity_inputs(w.model, w.variant, w.bucket),
-        assets="artifacts/{model}/assets",
-        reference="artifacts/{model}/reference/{bucket}.npz",
+        assets=PATHS["assets"],
+        reference=PATHS["reference"],
         code=lambda w: WF.chain_code(w.model),
     output:
-        "artifacts/{model}/variants/{variant}/chain/{bucket}.json",
+        PATHS["variant_chain"],
     log:
-        "artifacts/{model}/logs/variant_chain_parity/{variant}/{bucket}.log",
+        log_of("variant_chain_parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/variant_chain_parity/{variant}/{bucket}.tsv"
+        benchmark_of("variant_chain_parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("variant_chain_parity")
@@ -83,19 +81,19 @@ rule variant_chain_parity:
 rule variant_manifest:
     """The variant's own manifest: its compressed packages plus the base packages of the other stages."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reports=lambda w: VC.package_reports(w.model, w.variant),
         packages=lambda w: VC.packages(w.model, w.variant),
         torchscripts=lambda w: WF.torchscripts(w.model),
         parity=lambda w: VC.parity_reports(w.model, w.variant),
         chain=lambda w: VC.chain_reports(w.model, w.variant),
-        assets="artifacts/{model}/assets",
+        assets=PATHS["assets"],
     output:
-        "artifacts/{model}/variants/{variant}/manifest.json",
+        PATHS["variant_manifest"],
     log:
-        "artifacts/{model}/logs/variant_manifest/{variant}.log",
+        log_of("variant_manifest"),
     benchmark:
-        "artifacts/{model}/benchmarks/variant_manifest/{variant}.tsv"
+        benchmark_of("variant_manifest")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("variant_manifest")
@@ -121,17 +119,17 @@ rule variants_summary:
         base_parity=lambda w: WF.parity_reports(w.model),
         # every variant whole: its manifest exists only once all its gates passed
         manifests=lambda w: VC.manifests(w.model, VC.names_for(w.model)),
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         base_reports=lambda w: WF.package_reports(w.model),
         base_packages=lambda w: WF.packages(w.model),
         code=lambda w: VC.summary_code(w.model),
     output:
-        json="artifacts/{model}/variants/summary.json",
-        markdown="artifacts/{model}/variants/summary.md",
+        json=PATHS["variants_summary"],
+        markdown=PATHS["variants_summary_md"],
     log:
-        "artifacts/{model}/logs/variants_summary.log",
+        log_of("variants_summary"),
     benchmark:
-        "artifacts/{model}/benchmarks/variants_summary.tsv"
+        benchmark_of("variants_summary")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("variants_summary")

@@ -4,17 +4,17 @@ rule convert:
     package sharing weights and fp16 states."""
     input:
         traced=lambda w: WF.export_files(w.model, w.stage, w.bucket)["traced"],
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        export_report=PATHS["export_report"],
         code=WF.convert_code(),
     output:
-        package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
-        report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        package=directory(PATHS["package"]),
+        report=PATHS["package_report"],
         # op histogram, weight bytes, I/O and the ANE lint (`anetts inspect --json` of the package)
-        inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
+        inspect=PATHS["inspect"],
     log:
-        "artifacts/{model}/logs/convert/{stage}/{bucket}.log",
+        log_of("convert"),
     benchmark:
-        "artifacts/{model}/benchmarks/convert/{stage}/{bucket}.tsv"
+        benchmark_of("convert")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("convert")

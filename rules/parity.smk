@@ -6,15 +6,15 @@ rule parity:
     """
     input:
         unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
-        package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
+        package=PATHS["package"],
         code=lambda w: WF.parity_code(w.model, w.stage),
     output:
-        report="artifacts/{model}/parity/{stage}/{bucket}.json",
-        arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
+        report=PATHS["parity"],
+        arrays=PATHS["parity_arrays"],
     log:
-        "artifacts/{model}/logs/parity/{stage}/{bucket}.log",
+        log_of("parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/parity/{stage}/{bucket}.tsv"
+        benchmark_of("parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity")
@@ -35,15 +35,15 @@ rule chain_parity:
         packages=lambda w: WF.chain_packages(w.model, w.bucket),
         # only packages that passed their own gates are composed
         parity=lambda w: WF.chain_parity_inputs(w.model, w.bucket),
-        assets="artifacts/{model}/assets",
-        reference="artifacts/{model}/reference/{bucket}.npz",
+        assets=PATHS["assets"],
+        reference=PATHS["reference"],
         code=lambda w: WF.chain_code(w.model),
     output:
-        "artifacts/{model}/chain/{bucket}.json",
+        PATHS["chain"],
     log:
-        "artifacts/{model}/logs/chain_parity/{bucket}.log",
+        log_of("chain_parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/chain_parity/{bucket}.tsv"
+        benchmark_of("chain_parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("chain_parity")
@@ -67,14 +67,14 @@ rule parity_summary:
         arrays=lambda w: WF.parity_arrays_all(w.model),
         code=WF.summary_code(),
     output:
-        markdown="artifacts/{model}/parity_summary.md",
-        json="artifacts/{model}/parity_summary.json",
-        snr_plot="artifacts/{model}/parity_snr.png",
-        waveform_plot="artifacts/{model}/parity_waveform.png",
+        markdown=PATHS["parity_summary_markdown"],
+        json=PATHS["parity_summary_json"],
+        snr_plot=PATHS["parity_summary_snr_plot"],
+        waveform_plot=PATHS["parity_summary_waveform_plot"],
     log:
-        "artifacts/{model}/logs/parity_summary.log",
+        log_of("parity_summary"),
     benchmark:
-        "artifacts/{model}/benchmarks/parity_summary.tsv"
+        benchmark_of("parity_summary")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity_summary")
@@ -93,21 +93,21 @@ rule end_to_end:
     in the manifest. It reads what the manifest rule reads and builds the manifest in memory.
     """
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reports=lambda w: WF.package_reports(w.model),
         packages=lambda w: WF.packages(w.model),
         torchscripts=lambda w: WF.torchscripts(w.model),
         # only packages that passed their own gates are composed
         parity=lambda w: WF.parity_reports(w.model),
         example_inputs=lambda w: WF.example_inputs(w.model),
-        assets="artifacts/{model}/assets",
+        assets=PATHS["assets"],
         code=lambda w: WF.end_to_end_code(w.model),
     output:
-        "artifacts/{model}/end_to_end.json",
+        PATHS["end_to_end"],
     log:
-        "artifacts/{model}/logs/end_to_end.log",
+        log_of("end_to_end"),
     benchmark:
-        "artifacts/{model}/benchmarks/end_to_end.tsv"
+        benchmark_of("end_to_end")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("end_to_end")
