@@ -3,7 +3,7 @@
 For a weights directory (default: the synthetic `fish-s2-pro` preset, written here), every
 stage is one job: each slow chunk, the restricted LM head and the fast AR load only their own
 tensors, trace, convert to an fp16 stateful package (macOS15; slow chunks `prefill` + `decode`)
-with `export_stage`, and record wall seconds, peak RSS (ru_maxrss of that job's process, read
+with `compile_module`, and record wall seconds, peak RSS (ru_maxrss of that job's process, read
 by the parent with wait4), package bytes and weight bytes. Optional: a MIL-executor parity job
 for one chunk (a prompt prefill, then a few decode positions, against its eager module).
 
@@ -182,7 +182,8 @@ def param_bytes(module) -> dict:
 def run_job(a) -> dict:
     import torch
 
-    from anetts.models.fish.stages.chain import export_stage, package_bytes
+    from anetts.compile.scenario_export import compile_module as export_stage
+    from anetts.models.fish.stages.chain import package_bytes
     from anetts.models.fish.weights import read_config
     from anetts.options import ConvertOptions
 

@@ -23,7 +23,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from anetts.models.fish import reference as R  # noqa: E402
-from anetts.models.fish.stages.chain import (HostEmbedding, compare_decode, export_stage, mil_decode,  # noqa: E402
+from anetts.compile.scenario_export import compile_module as export_stage  # noqa: E402
+from anetts.models.fish.stages.chain import (HostEmbedding, compare_decode, mil_decode,  # noqa: E402
                                              package_bytes, play_mil)
 from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
 from anetts.models.fish.stages.lm_head import LMHeadStage  # noqa: E402

@@ -317,13 +317,37 @@ def check_size(package: Path, options: ConvertOptions, where: str) -> int:
     return n
 
 
+def convert_functions(torchscripts: dict[str, Path], functions: list[FunctionSpec], out_package: Path, work_dir: Path,
+                      options: ConvertOptions, model_meta: dict, stage: str, geometry: dict | None = None,
+                      bucket: str | None = None) -> tuple[dict, dict]:
+    """Each function's TorchScript converted with its states (`convert_function`, into `work_dir`)
+    and merged into one multifunction package at `out_package` sharing weights and states, the
+    first function its default. Returns (bundle report with its `seconds`, {function: convert
+    report}). The one
+    convert-and-bundle path: rule `convert` of a scenario stage, and `compile_module`."""
+    from anetts.compile.bundle import bundle_packages
+
+    where = f"{stage}/{bucket}" if bucket else stage
+    parts, reports = {}, {}
+    for fn in functions:
+        ts = Path(torchscripts[fn.name]) if fn.name in torchscripts else None
+        if ts is None or not ts.is_file():
+            raise ConversionError(f"{where}: function {fn.name} has no TorchScript {ts}")
+        parts[fn.name] = Path(work_dir) / f"{fn.name}.mlpackage"
+        reports[fn.name] = convert_function(ts, fn, parts[fn.name], Path(work_dir) / f"{fn.name}.json", options,
+                                            model_meta, stage=stage, geometry=geometry)
+    meta = {**reports[functions[0].name]["metadata"], **({"anetts.bucket": bucket} if bucket else {})}
+    t0 = time.perf_counter()
+    bundle = bundle_packages(parts, out_package, default_function=functions[0].name, metadata=meta)
+    bundle["seconds"] = round(time.perf_counter() - t0, 3)
+    return bundle, reports
+
+
 def convert_scenario_package(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
                              options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
     """A scenario stage's functions (one TorchScript each, with their states) converted one by one
     and merged into one multifunction package sharing weights and states; size-linted as a whole."""
     import tempfile
-
-    from anetts.compile.bundle import bundle_packages
 
     outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
     clear_outputs(*outs)
@@ -331,21 +355,14 @@ def convert_scenario_package(functions_dir: Path, export_json: Path, out_package
     stage, bucket, geometry = export["stage"], export["bucket"], export["geometry"]
     functions = [FunctionSpec.from_json(f) for f in export["functions"]]
     where = f"{stage}/{bucket}"
+    torchscripts = {fn.name: Path(functions_dir) / f"{fn.name}.pt" for fn in functions}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f".{Path(out_package).name}.", dir=Path(out_package).parent) as tmp_dir:
-        tmp_dir = Path(tmp_dir)
-        parts, reports = {}, {}
-        for fn in functions:
-            ts = Path(functions_dir) / f"{fn.name}.pt"
-            if not ts.is_file():
-                raise ConversionError(f"{where}: function {fn.name} has no TorchScript {ts}")
-            parts[fn.name] = tmp_dir / f"{fn.name}.mlpackage"
-            reports[fn.name] = convert_function(ts, fn, parts[fn.name], tmp_dir / f"{fn.name}.json", options,
-                                                model_meta, stage=stage, geometry=geometry)
-        meta = {**reports[functions[0].name]["metadata"], "anetts.bucket": bucket}
         with atomic_outputs(*outs) as tmps:
             tmp_pkg, tmp_report = tmps[:2]
-            bundle = bundle_packages(parts, tmp_pkg, default_function=functions[0].name, metadata=meta)
+            bundle, reports = convert_functions(torchscripts, functions, tmp_pkg, Path(tmp_dir), options, model_meta,
+                                                stage, geometry, bucket=bucket)
+            meta = {**reports[functions[0].name]["metadata"], "anetts.bucket": bucket}
             size = check_size(tmp_pkg, options, where)
             info = inspect_package(tmp_pkg)
             default = reports[functions[0].name]

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from anetts.models.fish.stages.chain import HostEmbedding, compare_decode, export_stage, mil_decode, play_mil
+from anetts.compile.scenario_export import compile_module as export_stage
+from anetts.models.fish.stages.chain import HostEmbedding, compare_decode, mil_decode, play_mil
 from anetts.models.fish.stages.fast_ar import FastARStage
 from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
