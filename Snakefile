@@ -24,7 +24,7 @@ rule all:
     input:
         manifest_file(config["model"]),
         WF.manifested_outputs(config["model"]),  # so a deleted package is rebuilt
-        f"artifacts/{config['model']}/parity_summary.md",
+        str(artifacts.parity_summary_paths(config["model"])["markdown"]),
         WF.inspect_reports(config["model"]),
         # Core AI assets only when config `aimodel.in_all` asks for them (`snakemake aimodels` otherwise)
         WF.aimodel_parity_reports(config["model"]) if WF.aimodel_in_all() else [],

@@ -52,6 +52,21 @@ def export_inputs(model: str, stage: str, bucket: str, kind: str = "bucketed", r
     return base.with_name(base.name + (".inputs.npz" if kind == "bucketed" else ".scenario.npz"))
 
 
+def export_files(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> dict[str, Path]:
+    """Every file an export writes, by role: `traced` (export_traced), `report`, and what parity
+    plays: `example_inputs` + `export_outputs` (eager and traced outputs) of a bucketed stage, or a
+    scenario stage's `scenario` (its calls and upstream's outputs per call)."""
+    base = export_base(model, stage, bucket, root)
+    files = {"traced": export_traced(model, stage, bucket, kind, root),
+             "report": base.with_name(base.name + ".export.json")}
+    if kind == "bucketed":
+        files.update(example_inputs=export_inputs(model, stage, bucket, kind, root),
+                     export_outputs=base.with_name(base.name + ".outputs.npz"))
+    else:
+        files["scenario"] = export_inputs(model, stage, bucket, kind, root)
+    return files
+
+
 def end_to_end_path(model: str, root: Path = ARTIFACTS) -> Path:
     """The runtime over the compiled packages against upstream on fixed texts (rule end_to_end)."""
     return model_dir(model, root) / "end_to_end.json"
@@ -74,12 +89,62 @@ def parity_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> 
     return model_dir(model, root) / "parity" / stage / f"{bucket}.json"
 
 
+def failed_report_path(out: Path) -> Path:
+    """Where a gate that failed writes its report: `<stem>.failed.json` beside the output it did not
+    earn (nothing at that output, so nothing downstream takes the failure for a pass)."""
+    out = Path(out)
+    return out.with_name(out.stem + ".failed.json")
+
+
 def inspect_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "inspect" / stage / f"{bucket}.json"
 
 
 def bundle_path(model: str, stage: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "bundles" / f"{stage}.mlpackage"
+
+
+def bundle_report(model: str, stage: str, root: Path = ARTIFACTS) -> Path:
+    return bundle_path(model, stage, root).with_suffix(".json")
+
+
+def bundle_parity_path(model: str, stage: str, root: Path = ARTIFACTS) -> Path:
+    return bundle_path(model, stage, root).with_suffix(".parity.json")
+
+
+def arrays_beside(report: Path) -> Path:
+    """The arrays a gate keeps beside its report (`<bucket>.outputs.npz` for `<bucket>.json`)."""
+    return Path(report).with_suffix(".outputs.npz")
+
+
+def parity_summary_paths(model: str, root: Path = ARTIFACTS) -> dict[str, Path]:
+    """Rule parity_summary's outputs by role."""
+    d = model_dir(model, root)
+    return {"markdown": d / "parity_summary.md", "json": d / "parity_summary.json",
+            "snr_plot": d / "parity_snr.png", "waveform_plot": d / "parity_waveform.png"}
+
+
+def published_path(model: str, root: Path = ARTIFACTS) -> Path:
+    """The record of a publish (rule publish_model)."""
+    return model_dir(model, root) / "publish" / "published.json"
+
+
+def job_log(model: str, rule: str, *wildcards: str, root: Path = ARTIFACTS) -> Path:
+    """The log of one job of `rule`: logs/<rule>/<w1>/.../<wn>.log (wildcard values after the
+    model), or logs/<rule>.log for a job per model."""
+    return _job_file(model_dir(model, root) / "logs", rule, wildcards, ".log")
+
+
+def job_benchmark(model: str, rule: str, *wildcards: str, root: Path = ARTIFACTS) -> Path:
+    """The Snakemake `benchmark:` file of one job, laid out like `job_log` (anetts.resources reads
+    the rule and its wildcards back from this layout)."""
+    return _job_file(model_dir(model, root) / "benchmarks", rule, wildcards, ".tsv")
+
+
+def _job_file(base: Path, rule: str, wildcards: tuple[str, ...], suffix: str) -> Path:
+    if not wildcards:
+        return base / f"{rule}{suffix}"
+    return base.joinpath(rule, *wildcards[:-1]) / f"{wildcards[-1]}{suffix}"
 
 
 def aimodel_path(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> Path:
@@ -238,3 +303,29 @@ def variant_manifest_path(model: str, variant: str, root: Path = ARTIFACTS) -> P
 
 def variants_summary_path(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "variants" / "summary.json"
+
+
+def rule_patterns() -> dict[str, str]:
+    """Every per-job path of rules/*.smk, built by the functions above with the wildcards in
+    braces (`{model}`, `{stage}`, `{bucket}`, `{variant}`): the rules use these verbatim."""
+    m, s, b, v = "{model}", "{stage}", "{bucket}", "{variant}"
+    bucketed, scenario = export_files(m, s, b, "bucketed"), export_files(m, s, b, "scenario")
+    paths = {
+        "weights": weights_dir(m), "assets": assets_dir(m), "reference": reference_path(m, b),
+        "export_pt": bucketed["traced"], "example_inputs": bucketed["example_inputs"],
+        "export_outputs": bucketed["export_outputs"], "export_report": bucketed["report"],
+        "export_functions": scenario["traced"], "scenario": scenario["scenario"],
+        "package": package_path(m, s, b), "package_report": package_report(m, s, b), "inspect": inspect_path(m, s, b),
+        "parity": parity_path(m, s, b), "parity_arrays": arrays_beside(parity_path(m, s, b)),
+        "chain": chain_parity_path(m, b), "end_to_end": end_to_end_path(m),
+        "bundle": bundle_path(m, s), "bundle_report": bundle_report(m, s), "bundle_parity": bundle_parity_path(m, s),
+        "manifest": manifest_path(m), "report": report_path(m), "published": published_path(m),
+        "aimodel": aimodel_path(m, s, b), "aimodel_report": aimodel_report(m, s, b),
+        "aimodel_parity": aimodel_parity_path(m, s, b), "aimodel_parity_arrays": arrays_beside(aimodel_parity_path(m, s, b)),
+        "variant_package": variant_package_path(m, v, s, b), "variant_report": variant_package_report(m, v, s, b),
+        "variant_parity": variant_parity_path(m, v, s, b), "variant_chain": variant_chain_path(m, v, b),
+        "variant_manifest": variant_manifest_path(m, v), "variants_summary": variants_summary_path(m),
+        "variants_summary_md": variants_summary_path(m).with_suffix(".md"),
+        **{f"parity_summary_{k}": p for k, p in parity_summary_paths(m).items()},
+    }
+    return {k: str(p) for k, p in paths.items()}

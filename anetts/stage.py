@@ -1,8 +1,9 @@
 """The contract between a model family and the build machinery.
 
-A family (Kokoro, later Fish) declares stages; a stage declares, per bucket, its input and
-output tensors, how to build a traceable wrapper from the upstream model, and how to make
-realistic example inputs. Trace, convert, execute and compare know nothing else about it.
+A family (Kokoro, Fish) declares stages; a stage declares, per bucket, its package's functions
+(typed inputs, outputs and fp16 states), how to build a traceable module from the upstream model,
+and how to check it: realistic example inputs (one call) or a teacher-forced scenario of calls.
+Trace, convert, execute and compare know nothing else about it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:  # only for annotations: the runtime reads TensorSpecs without
 DTYPES = {"float32": np.float32, "int32": np.int32}
 # Core ML keeps model state (ct.StateType, macOS15 / iOS18) in fp16 only
 STATE_DTYPES = {"float16": np.float16}
+# the name Core ML gives the one function of a single-function package
+MAIN_FUNCTION = "main"
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,10 @@ class BucketSpec:
             tuple(TensorSpec.from_json(t) for t in d["outputs"]),
         )
 
+    def function(self) -> "FunctionSpec":
+        """The bucket as its package's one function (stateless, named as Core ML names it)."""
+        return FunctionSpec(MAIN_FUNCTION, self.inputs, self.outputs)
+
 
 @dataclass(frozen=True)
 class StateSpec(TensorSpec):
@@ -124,79 +131,81 @@ class FunctionSpec:
                    tuple(TensorSpec.from_json(t) for t in d["outputs"]),
                    tuple(StateSpec.from_json(t) for t in d.get("states", ())))
 
-    @classmethod
-    def from_bucket(cls, spec: BucketSpec, name: str | None = None) -> "FunctionSpec":
-        """A stateless bucket as a function (named after the bucket unless `name`)."""
-        return cls(name or spec.bucket, spec.inputs, spec.outputs)
 
 
 class Stage(ABC):
-    """A traceable piece of a model, exported once per bucket."""
+    """A traceable piece of a model, compiled to one package per bucket.
+
+    Every stage is a function stage: its package has functions (`functions`: typed inputs,
+    outputs and fp16 states), all built from one module (`build`). A stateless stage (a Kokoro
+    bucket, the Fish codec) has one function, `main`, and is verified by one call on example
+    inputs: it implements `bucket_name`, `spec`, `example_inputs` and `valid_regions`. A stage of
+    several functions sharing weights and states (a chunk of transformer layers with `prefill` and
+    `decode` and a KV cache) is verified by a teacher-forced scenario, the calls of an upstream run
+    in order with the state carried: it implements `load` and `scenario`. Which of the two a stage
+    is, the family's declaration says (`anetts.family.StageDecl.kind`)."""
 
     name: str
-    description: str
-    # True when example inputs come from the family's shared per-bucket reference run
-    # (one upstream forward feeds several stages' examples, see Family.make_reference).
-    uses_reference: bool = False
+    description: str = ""
 
-    @abstractmethod
-    def bucket_name(self, size: int) -> str: ...
+    def functions(self, size: int) -> list[FunctionSpec]:
+        """The package's entry points at bucket `size`; the first is the package's default."""
+        return [self.spec(size).function()]
 
-    @abstractmethod
-    def spec(self, size: int) -> BucketSpec: ...
+    def geometry(self, size: int) -> dict[str, int]:
+        return {}
 
     @abstractmethod
     def build(self, model: Any) -> torch.nn.Module:
-        """Traceable wrapper; forward takes inputs in spec order and returns outputs in spec order."""
+        """One module for every function: forward takes a function's inputs in spec order and
+        returns its outputs in spec order; states are buffers named like them, updated in place."""
 
-    @abstractmethod
-    def example_inputs(self, model: Any, weights_dir: Path, size: int,
-                       reference: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Deterministic, realistic inputs filling a realistic part of the bucket."""
-
-    @abstractmethod
-    def valid_regions(self, inputs: dict[str, np.ndarray]) -> dict[str, tuple[int, int] | None]:
-        """Per output: (axis, valid length) implied by the inputs' masks, or None if all valid."""
+    def logits_outputs(self) -> tuple[str, ...]:
+        """Outputs that are logits: their top-1 agreement with upstream is gated (Gate.min_top1)."""
+        return ()
 
     def source_files(self) -> list[Path]:
         """Files whose edits must re-export this stage (its module and what it imports from us)."""
         return []
 
+    # -- a stateless stage: one function at one bucket, one call on example inputs (from the
+    # family's shared reference run when its declaration says `uses_reference`)
+    def bucket_name(self, size: int) -> str:
+        raise self._not_a("stateless", "bucket_name")
 
-class ScenarioStage(ABC):
-    """A stage compiled to one package of several functions sharing weights and states (e.g. a
-    chunk of transformer layers with `prefill` and `decode` and a KV cache), verified by a
-    teacher-forced scenario: the calls of an upstream run, in order, the state carried.
+    def spec(self, size: int) -> BucketSpec:
+        raise self._not_a("stateless", "spec")
 
-    Export traces each function of `build(model)`, records the scenario on the eager module and
-    checks it against upstream's own tensors (`scenario`); parity plays it on the package."""
+    def example_inputs(self, model: Any, weights_dir: Path, size: int,
+                       reference: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Deterministic, realistic inputs filling a realistic part of the bucket."""
+        raise self._not_a("stateless", "example_inputs")
 
-    name: str
-    description: str = ""
+    def valid_regions(self, inputs: dict[str, np.ndarray]) -> dict[str, tuple[int, int] | None]:
+        """Per output: (axis, valid length) implied by the inputs' masks, or None if all valid."""
+        raise self._not_a("stateless", "valid_regions")
 
-    @abstractmethod
-    def functions(self, size: int) -> list[FunctionSpec]:
-        """The package's entry points at bucket `size`; the first is the package's default."""
-
-    @abstractmethod
+    # -- a stage verified by a scenario of calls
     def load(self, weights_dir: Path, size: int) -> Any:
         """Only the tensors this stage needs (a chunk of a 4.5 B model must not load the rest)."""
+        raise self._not_a("scenario", "load")
 
-    @abstractmethod
-    def build(self, model: Any) -> torch.nn.Module:
-        """One module for every function: forward takes a function's inputs in spec order (the
-        token count is the input's length) and updates buffers named like the states."""
-
-    @abstractmethod
     def scenario(self, model: Any, size: int, reference: dict[str, np.ndarray]):
         """(Scenario, upstream outputs per call: {output name: array}) from the shared reference run."""
+        raise self._not_a("scenario", "scenario")
 
-    def geometry(self, size: int) -> dict[str, int]:
-        return {}
+    def _not_a(self, kind: str, method: str) -> NotImplementedError:
+        return NotImplementedError(f"stage {self.name}: `{method}` belongs to {kind} stages; this stage does not "
+                                   f"implement it (see anetts.stage.Stage)")
 
-    def logits_outputs(self) -> tuple[str, ...]:
-        """Outputs that are logits: their top-1 agreement with upstream is gated (Gate.min_top1)."""
-        return ()
+
+@dataclass(frozen=True)
+class VoicePacks:
+    """A family whose weights carry voice packs (Kokoro): where they live and which to fetch."""
+
+    file: Callable[[str], str]  # voice name → relative path in a weights dir
+    defaults: tuple[str, ...]  # voices fetched from a real source when config names none
+    synthetic: tuple[str, ...]  # the voices synthetic weights make
 
 
 @dataclass(frozen=True)
@@ -209,11 +218,9 @@ class Family:
     # the part of it that stage needs), ready to trace: a chunk of layers must not need the whole model
     load_model: Callable[[Path, str | None], Any]
     weights_files: tuple[str, ...]  # files every weights dir holds, besides voices
-    voice_file: Callable[[str], str]  # voice name → relative path in a weights dir
-    default_voices: tuple[str, ...]  # voices fetched from a real source when config names none
-    synthetic_voices: tuple[str, ...]
     synthesize: Callable[[Path, str, int, Path], dict]  # (out_dir, preset, seed, scratch) → report
     validate_weights: Callable[[Path, list, Path], dict]  # (dir, voices, scratch) → model config
+    voices: VoicePacks | None = None  # None: the family has no voice packs (Fish)
     # (model, weights dir, size) → named arrays: upstream's stage-boundary tensors for one example
     make_reference: Callable[[Any, Path, int], dict] | None = None
     # weights dir → JSON-able parameters the runtime's host DSP needs (not part of any package)
@@ -225,8 +232,9 @@ class Family:
     # (fetch(names), staging dir): the files of a real (hf/local) source when `weights_files` cannot
     # list them up front (an index naming its shards); fetch copies names into staging
     gather_weights: Callable[[Callable[[list], None], Path], None] | None = None
-    # (stage name, its stage params from config, weights dir) → the ScenarioStage it is
-    make_stage: Callable[[str, dict, Path], ScenarioStage] | None = None
+    # (stage name, its stage params from config, weights dir) → the Stage it is, for stages made
+    # from their config parameters (Fish's chunks of layers); `stages` holds the others
+    make_stage: Callable[[str, dict, Path], Stage] | None = None
     # (packages {stage: path}, weights dir, reference npz, gate, params) → report: the compiled
     # packages composed as the runtime composes them, against upstream (rule chain_parity)
     check_chain: Callable[..., dict] | None = None
@@ -234,13 +242,10 @@ class Family:
     # "checks": the runtime end to end against upstream on fixed texts (rule end_to_end)
     check_end_to_end: Callable[..., dict] | None = None
 
-    def scenario_stage(self, name: str, params: dict, weights_dir: Path) -> ScenarioStage:
-        if self.make_stage is None:
-            raise KeyError(f"family {self.name!r} has no scenario stages (asked for {name!r})")
-        return self.make_stage(name, dict(params), Path(weights_dir))
-
-    def stage(self, name: str) -> Stage:
-        if name not in self.stages:
+    def stage(self, name: str, params: dict | None = None, weights_dir: Path | None = None) -> Stage:
+        """Stage `name`: a declared one, or one `make_stage` builds from its config `params`."""
+        if name in self.stages:
+            return self.stages[name]
+        if self.make_stage is None or params is None:
             raise KeyError(f"family {self.name!r} has no stage {name!r}; stages: {sorted(self.stages)}")
-        return self.stages[name]
-
+        return self.make_stage(name, dict(params), Path(weights_dir))

@@ -16,7 +16,7 @@ config.yaml:
 
 Stages a variant does not compress keep the model's verified base package, so every variant
 directory holds a complete manifest the runtime loads like a model directory. Bucketed stages are
-gated like rule `parity`, scenario stages like `parity_scenario` (per call and top-1), and for a
+gated as rule `parity` gates the package (scenario stages per call and top-1), and for a
 family with a chain check the variant's packages are composed and gated again (Fish: the head's
 and the fast AR's greedy codes against upstream's), that verdict in the variant's manifest.
 """
@@ -127,7 +127,7 @@ class VariantConfig:
     # -- rule inputs -------------------------------------------------------------------------
     def code(self, model: str, stage: str) -> list[str]:
         scoring = (["scenario_parity.py", "scenario.py"] if self.wf.stage_kind(model, stage) == "scenario" else [])
-        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "verify" / "parity.py",
+        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "compile" / "inspect.py", _PKG / "verify" / "parity.py",
                              _PKG / "verify" / "metrics.py", *(_PKG / "verify" / f for f in scoring)])
 
     def compressed(self, model: str, name: str, stage: str) -> bool:

@@ -76,15 +76,18 @@ def materialize_weights(family_name: str, source: dict, out_dir: Path) -> dict:
                                          f"got {revision!r}")
         if kind == "synthetic":
             record["synthesis"] = family.synthesize(staging, source["preset"], int(source.get("seed", 0)), work)
-            voices = family.synthetic_voices
+            voices = family.voices.synthetic if family.voices else ()
         elif kind == "onnx":
             if family.convert_onnx is None:
                 raise WeightsSourceError(f"family {family_name!r} has no ONNX weights converter")
             voices = list(source["voices"])
             record["conversion"] = family.convert_onnx(source, staging, voices, work)
         else:
-            voices = list(source.get("voices") or family.default_voices)
-            files = family.weights_files + tuple(family.voice_file(v) for v in voices)
+            voices = list(source.get("voices") or (family.voices.defaults if family.voices else ()))
+            if voices and family.voices is None:
+                raise WeightsSourceError(f"weights.voices: family {family_name!r} has no voice packs "
+                                         f"(config names {voices})")
+            files = family.weights_files + tuple(family.voices.file(v) for v in voices)
             if kind == "hf":
                 def fetch(names):
                     _fetch_hf(source["repo_id"], source["revision"], list(names), staging)

@@ -248,10 +248,13 @@ class WorkflowConfig:
     def assets_code(self, model: str) -> list[str]:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
-    def parity_code(self) -> list[str]:
-        # the executors parity runs the packages on
+    def parity_code(self, model: str | None = None, stage: str | None = None) -> list[str]:
+        """The verifying code and the executors it runs packages on; a scenario stage's also plays its
+        scenario (verify/scenario*.py)."""
+        scenario = stage is not None and self.stage_kind(model, stage) == "scenario"
         return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
-                          _PKG / "options.py", _PKG / "runtime" / "runners.py"])
+                          _PKG / "options.py", _PKG / "runtime" / "runners.py",
+                          *((_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py") if scenario else ())])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
@@ -281,7 +284,7 @@ class WorkflowConfig:
 
     def convert_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py",
-                          _PKG / "options.py"])
+                          _PKG / "compile" / "stamp.py", _PKG / "options.py"])
 
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py"])
@@ -295,7 +298,7 @@ class WorkflowConfig:
         return [str(artifacts.bundle_path(model, s)) for s in self.bundled_stages(model)]
 
     def bundle_reports(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s).with_suffix(".json")) for s in self.bundled_stages(model)]
+        return [str(artifacts.bundle_report(model, s)) for s in self.bundled_stages(model)]
 
     def example_inputs(self, model: str) -> list[str]:
         """Per package, what its parity ran on: the example inputs, or a scenario stage's calls."""
@@ -309,7 +312,7 @@ class WorkflowConfig:
                 str(artifacts.assets_dir(model))]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
-        return [str(artifacts.bundle_path(model, s).with_suffix(".parity.json")) for s in self.bundled_stages(model)]
+        return [str(artifacts.bundle_parity_path(model, s)) for s in self.bundled_stages(model)]
 
     # -- the compiled chain (rule chain_parity): the packages composed as the runtime composes them
     def has_chain(self, model: str) -> bool:
@@ -367,9 +370,6 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "loader.py",
                           _PKG / "verify" / "end_to_end.py", _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
 
-    def scenario_parity_code(self) -> list[str]:
-        return self._rel([_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py", *self.parity_code()])
-
     def reference_params(self, model: str) -> dict:
         """Parameters of the shared reference run beyond its bucket size (scenario families: frames)."""
         fam = self.config["families"][self.family_of(model)]
@@ -382,11 +382,7 @@ class WorkflowConfig:
         return str(artifacts.parity_path(model, stage, bucket))
 
     def parity_arrays(self, model: str, stage: str, bucket: str) -> str:
-        return str(artifacts.parity_path(model, stage, bucket).with_suffix(".outputs.npz"))
-
-    @staticmethod
-    def export_base(model: str, stage: str, bucket: str) -> str:
-        return str(artifacts.export_base(model, stage, bucket))
+        return str(artifacts.arrays_beside(artifacts.parity_path(model, stage, bucket)))
 
     def inspect_reports(self, model: str) -> list[str]:
         return [str(artifacts.inspect_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
@@ -396,6 +392,18 @@ class WorkflowConfig:
 
     def packages(self, model: str) -> list[str]:
         return [str(artifacts.package_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
+
+    def export_files(self, model: str, stage: str, bucket: str) -> dict[str, str]:
+        """The files of one export, by role (artifacts.export_files): the stage's kind says which."""
+        return {k: str(p) for k, p in artifacts.export_files(model, stage, bucket, self.stage_kind(model, stage)).items()}
+
+    def verify_inputs(self, model: str, stage: str, bucket: str) -> dict[str, str]:
+        """What a package is verified against (rules parity, compress): its export minus the trace,
+        under the role names the scripts read (`export_report`, `example_inputs`, `scenario`, ...)."""
+        files = self.export_files(model, stage, bucket)
+        files.pop("traced")
+        files["export_report"] = files.pop("report")
+        return files
 
     def torchscripts(self, model: str) -> list[str]:
         """Per package, its traced export (a scenario stage's: a folder with one TorchScript per function)."""
@@ -419,7 +427,7 @@ class WorkflowConfig:
 
     def aimodel_code(self, model: str, stage: str) -> list[str]:
         # the asset is a fresh torch.export of the stage wrapper, so the stage's code is an input
-        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py"])
+        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py", _PKG / "compile" / "stamp.py"])
 
     def aimodel_parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "aimodel_parity.py", *self.parity_code()])

@@ -3,7 +3,7 @@
 For a weights directory (default: the synthetic `fish-s2-pro` preset, written here), every
 stage is one job: each slow chunk, the restricted LM head and the fast AR load only their own
 tensors, trace, convert to an fp16 stateful package (macOS15; slow chunks `prefill` + `decode`)
-with `export_stage`, and record wall seconds, peak RSS (ru_maxrss of that job's process, read
+with `compile_module`, and record wall seconds, peak RSS (ru_maxrss of that job's process, read
 by the parent with wait4), package bytes and weight bytes. Optional: a MIL-executor parity job
 for one chunk (a prompt prefill, then a few decode positions, against its eager module).
 
@@ -151,7 +151,12 @@ def synthesize(out: Path, preset_name: str, seed: int, procs: int) -> dict:
 # One job (runs in its own process)
 # ---------------------------------------------------------------------------------------
 
-def _stage(cfg, job: str, prefill: int):
+def _chunk_index(job: str) -> int:
+    """k of a job `slow_chunk<k>` or `parity_slow_chunk<k>` (the stage's one name)."""
+    return int(job.split("slow_chunk")[1])
+
+
+def _stage(cfg, job: str, prefill: int, chunks: int):
     from anetts.models.fish.stages.fast_ar import FastARStage
     from anetts.models.fish.stages.lm_head import LMHeadStage
     from anetts.models.fish.stages.slow_chunk import SlowChunkStage
@@ -160,8 +165,7 @@ def _stage(cfg, job: str, prefill: int):
         return LMHeadStage(cfg)
     if job == "fast_ar":
         return FastARStage(cfg)
-    a, b = (int(x) for x in job.removeprefix("slow_chunk_").split("_"))
-    return SlowChunkStage(cfg, a, b, prefill)
+    return SlowChunkStage(cfg, _chunk_index(job), chunks, prefill)
 
 
 def param_bytes(module) -> dict:
@@ -178,7 +182,8 @@ def param_bytes(module) -> dict:
 def run_job(a) -> dict:
     import torch
 
-    from anetts.models.fish.stages.chain import export_stage, package_bytes
+    from anetts.compile.scenario_export import compile_module as export_stage
+    from anetts.models.fish.stages.chain import package_bytes
     from anetts.models.fish.weights import read_config
     from anetts.options import ConvertOptions
 
@@ -186,11 +191,11 @@ def run_job(a) -> dict:
         torch.set_num_threads(a.threads)
     t_job = time.perf_counter()
     cfg = read_config(a.weights)
-    st = _stage(cfg, a.job, a.prefill)
-    fns = st.functions(a.context) if a.job.startswith("slow_chunk_") else st.functions()
+    st = _stage(cfg, a.job, a.prefill, a.chunks)
+    fns = st.functions(a.context)
     t0 = time.perf_counter()
-    model = st.load_model(a.weights, a.context) if a.job.startswith("slow_chunk_") else st.load_model(a.weights)
-    module = st.build_function(model, fns[0].name)
+    model = st.load(a.weights, a.context)
+    module = st.build(model)
     del model
     load_s = time.perf_counter() - t0
     rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -205,7 +210,7 @@ def run_job(a) -> dict:
            "function_package_bytes": {f.name: reports[f.name]["bytes"] for f in fns},
            "lint": sorted({x.get("rule", str(x)) for f in fns for x in reports[f.name]["lint"]}),
            "package_bytes": package_bytes(pkg), **param_bytes(module)}
-    if a.job.startswith("slow_chunk_"):
+    if a.job.startswith("slow_chunk"):
         fig["layers"] = [st.start, st.stop]
         fig["kv_state_bytes"] = sum(math.prod(s.shape) * FP16 for s in st.states(a.context))
     elif a.job == "fast_ar":
@@ -223,7 +228,7 @@ def run_job(a) -> dict:
 
 
 def run_parity(a) -> dict:
-    """Chunk `a.job` (parity_slow_chunk_a_b) on the MIL executor vs its eager module: the prompt
+    """Chunk `a.job` (parity_slow_chunk<k>) on the MIL executor vs its eager module: the prompt
     embedded on the host, prefilled in blocks, then `a.parity_decode` decode positions."""
     import copy
 
@@ -242,9 +247,9 @@ def run_parity(a) -> dict:
     t_job = time.perf_counter()
     job = a.job.removeprefix("parity_")
     cfg = read_config(a.weights)
-    st = _stage(cfg, job, a.prefill)
+    st = _stage(cfg, job, a.prefill, a.chunks)
     if st.start != 0:
-        raise SystemExit("parity: the host embedding is the input of the first chunk only; give slow_chunk_0_b")
+        raise SystemExit("parity: the host embedding is the input of the first chunk only; give slow_chunk0")
     prompt = R.make_prompt(cfg, load_tokenizer(Path(a.weights) / TOKENIZER_NAME, cfg))
     T = prompt.shape[1]
     g = np.random.default_rng(2)
@@ -254,8 +259,8 @@ def run_parity(a) -> dict:
     embed = HostEmbedding(a.weights, cfg)
     hidden = np.concatenate([embed(prompt), embed(frames)])
     del embed
-    sc = st.scenario(hidden, T, a.context)
-    module = st.build_function(st.load_model(a.weights, a.context), "decode")
+    sc = st.teacher_forced(hidden, T, a.context)
+    module = st.build(st.load(a.weights, a.context))
     t0 = time.perf_counter()
     ref = record_eager(copy.deepcopy(module), sc)
     eager_s = time.perf_counter() - t0
@@ -301,15 +306,17 @@ def child(argv: list[str], log: Path) -> subprocess.Popen:
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def estimate(cfg, job: str, context: int, same_fs: bool = True) -> dict:
+def estimate(cfg, job: str, context: int, chunks: int, same_fs: bool = True) -> dict:
     """Rough fp32 working set (model + eager copy + trace + TorchScript reload + MIL consts)
     and disk (two fp32 TorchScript files, two fp16 packages, the bundle and coremltools'
     temporary copies) of a job, for scheduling only."""
     from anetts.models.fish.stages.lm_head import restricted_ids
 
     s, f = cfg.slow, cfg.fast
-    if job.startswith("slow_chunk_") or job.startswith("parity_slow_chunk_"):
-        a, b = (int(x) for x in job.split("slow_chunk_")[1].split("_"))
+    if job.startswith("slow_chunk") or job.startswith("parity_slow_chunk"):
+        from anetts.models.fish.stages.slow_chunk import chunk_bounds
+
+        a, b = chunk_bounds(s.n_layer, chunks)[_chunk_index(job)]
         w16 = (b - a) * layer_bytes(s)
     elif job == "fast_ar":
         w16 = f.n_layer * layer_bytes(f) + 2 * cfg.codebook_size * f.dim * FP16
@@ -334,7 +341,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunks", type=int, help="slow chunks (default: fewest below the macOS ~2 GB file guidance)")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--prefill", type=int, default=16)
-    p.add_argument("--only", help="comma-separated jobs to run (slow_chunk_a_b, lm_head, fast_ar); default all")
+    p.add_argument("--only", help="comma-separated jobs to run (slow_chunk<k>, lm_head, fast_ar); default all")
     p.add_argument("--parity", action="store_true", help="also the MIL-executor parity job of the first chunk")
     p.add_argument("--parity-decode", type=int, default=4, help="decode positions after the prompt prefill")
     p.add_argument("--parallel", type=int, default=1, help="jobs at a time")
@@ -410,7 +417,7 @@ def main(argv=None) -> int:
             print(result["jobs"]["synth"]["log_tail"])
             return 1
     from anetts.models.fish.stages.lm_head import LMHeadStage
-    from anetts.models.fish.stages.slow_chunk import chunk_bounds
+    from anetts.models.fish.stages.slow_chunk import chunk_bounds, chunk_stage_name
     from anetts.models.fish.weights import read_config
 
     cfg = read_config(a.weights)
@@ -425,13 +432,13 @@ def main(argv=None) -> int:
         "layers_per_chunk_macos": int(MACOS_FILE_BYTES // layer_bytes(cfg.slow)),
         "layers_per_chunk_ios": int(IOS_FILE_BYTES // layer_bytes(cfg.slow)),
         "chunks_for_macos_gib": chunks_for(cfg, 2 * 2**30), "chunks_for_ios_gib": chunks_for(cfg, 2**30)}
-    jobs = [f"slow_chunk_{s}_{e}" for s, e in bounds] + ["fast_ar", "lm_head"]
+    jobs = [chunk_stage_name(k) for k in range(n)] + ["fast_ar", "lm_head"]
     if a.only:
         jobs = [j for j in jobs if j in a.only.split(",")]
         missing = set(a.only.split(",")) - set(jobs)
         if missing:
             raise SystemExit(f"--only: no such job(s) {sorted(missing)}; jobs: {[*map(str, jobs)]}")
-    parity = f"parity_slow_chunk_{bounds[0][0]}_{bounds[0][1]}" if a.parity else None
+    parity = f"parity_{chunk_stage_name(0)}" if a.parity else None
     print(f"chunks {n} {bounds} (macOS guidance {n_macos}, iOS {n_ios}); jobs {jobs}" + (f" + {parity}" if parity else ""),
           flush=True)
 
@@ -484,12 +491,12 @@ def main(argv=None) -> int:
                     continue
             if len(running) >= a.parallel:
                 break
-            need = estimate(cfg, name, a.context, same_fs)
-            busy = [estimate(cfg, r[0], a.context, same_fs) for r in running.values()]
+            need = estimate(cfg, name, a.context, n, same_fs)
+            busy = [estimate(cfg, r[0], a.context, n, same_fs) for r in running.values()]
             if running and (sum(b["rss"] for b in busy) + need["rss"] > budget_rss
                             or sum(b["disk"] for b in busy) + need["disk"] > shutil.disk_usage(a.work).free - 2 * GB):
                 continue
-            proc = child([*common, "--job", name], logs / f"{name}.log")
+            proc = child([*common, "--chunks", str(n), "--job", name], logs / f"{name}.log")
             running[proc.pid] = (name, proc, time.perf_counter())
             pending.remove(name)
             started = True
@@ -511,7 +518,7 @@ def main(argv=None) -> int:
 
     # per-frame bytes
     built = result["jobs"]
-    slow_jobs = [f"slow_chunk_{s}_{e}" for s, e in bounds]
+    slow_jobs = [chunk_stage_name(k) for k in range(n)]
     if all(built.get(j, {}).get("rc") == 0 for j in [*slow_jobs, "fast_ar", "lm_head"]):
         slow = sum(built[j]["weight_bytes_read_per_call"] for j in slow_jobs)
         head = built["lm_head"]["weight_bytes_read_per_call"]

@@ -23,11 +23,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from anetts.models.fish import reference as R  # noqa: E402
-from anetts.models.fish.stages.chain import (HostEmbedding, compare_decode, export_stage, mil_decode,  # noqa: E402
+from anetts.compile.scenario_export import compile_module as export_stage  # noqa: E402
+from anetts.models.fish.stages.chain import (HostEmbedding, compare_decode, mil_decode,  # noqa: E402
                                              package_bytes, play_mil)
 from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
 from anetts.models.fish.stages.lm_head import LMHeadStage  # noqa: E402
-from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds  # noqa: E402
+from anetts.models.fish.stages.slow_chunk import SlowChunkStage  # noqa: E402
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer  # noqa: E402
 from anetts.weights import materialize_weights  # noqa: E402
 from anetts.options import ConvertOptions, Gate  # noqa: E402
@@ -103,14 +104,12 @@ def main(argv=None) -> int:
         result = {"weights": str(w), "rms_lowering": a.rms_lowering, "prompt_tokens": T, "frames": a.frames, "context": a.context, "prefill": a.prefill,
                   "reference_seconds": round(time.perf_counter() - t0, 3), "stages": {}}
         print(f"reference: {T}-token prompt + {a.frames} frames in {result['reference_seconds']} s")
-        chunks = [SlowChunkStage(cfg, s, e, a.prefill, lowering=a.rms_lowering)
-                  for s, e in chunk_bounds(cfg.slow.n_layer, a.chunks)]
+        chunks = [SlowChunkStage(cfg, k, a.chunks, a.prefill, lowering=a.rms_lowering) for k in range(a.chunks)]
         head, fast = LMHeadStage(cfg), FastARStage(cfg, lowering=a.rms_lowering)
         pkgs = {}
-        jobs = [(st, st.functions(a.context), st.load_model(w, a.context)) for st in chunks]
-        jobs += [(head, head.functions(), head.load_model(w)), (fast, fast.functions(), fast.load_model(w))]
+        jobs = [(st, st.functions(a.context), st.load(w, a.context)) for st in [*chunks, head, fast]]
         for st, fns, m in jobs:
-            module = st.build_function(m, fns[0].name)
+            module = st.build(m)
             pkg, reports = export_stage(module, fns, tmp / "pkg", options, meta, st.name)
             pkgs[st.name] = pkg
             bad = None
@@ -123,15 +122,15 @@ def main(argv=None) -> int:
             if st in chunks:
                 n_layer = cfg.slow.n_layer
                 hin = np.concatenate([ref["prefill_layer_hidden"][st.start], ref["decode_layer_hidden"][:, st.start]])
-                sc = st.scenario(hin, T, a.context)
+                sc = st.teacher_forced(hin, T, a.context)
                 fig |= scenario_figures(st.name, pkg, module, sc, gate, perturbed_package=bad)
                 fig["layers"] = [st.start, st.stop]
                 fig["final_norm"] = st.stop == n_layer
             elif st is head:
-                fig |= scenario_figures("lm_head", pkg, module, head.scenario(ref["slow_hidden"]), gate, True, bad)
+                fig |= scenario_figures("lm_head", pkg, module, head.teacher_forced(ref["slow_hidden"]), gate, True, bad)
                 fig["bytes_per_token"] = head.bytes_per_token()
             else:
-                fig |= scenario_figures("fast_ar", pkg, module, fast.scenario(ref["slow_hidden"], ref["codes"]),
+                fig |= scenario_figures("fast_ar", pkg, module, fast.teacher_forced(ref["slow_hidden"], ref["codes"]),
                                         gate, True, bad)
             result["stages"][st.name] = fig
         t0 = time.perf_counter()

@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from anetts.compile.convert import ConvertOptions  # noqa: E402
+from anetts.compile.scenario_export import compile_module  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.verify import kv_example as kv  # noqa: E402
 from anetts.verify.parity import Gate  # noqa: E402
@@ -48,8 +49,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="stateful-bench-") as tmp:
         t0 = time.perf_counter()
         options = ConvertOptions(deployment_target="macOS15", precision="fp16", linear_rewrite=a.linear_rewrite)
-        package, _ = kv.export_and_convert(model, kv.functions(g, a.prefill), Path(tmp), options,
-                                           {"model": "kv-bench", "family": "test"}, geometry={"context": g.context})
+        package, _ = compile_module(model, kv.functions(g, a.prefill).values(), Path(tmp), options,
+                                    {"model": "kv-bench", "family": "test"}, "attn", geometry={"context": g.context})
         t_convert = time.perf_counter() - t0
         report = run_scenario(package, scenario, reference, Gate())
     mil = report["backends"]["mil"]

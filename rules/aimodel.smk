@@ -5,18 +5,18 @@ rule aimodel:
     outputs, which the rebuilt wrapper must reproduce.
     """
     input:
-        weights="artifacts/{model}/weights",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        weights=PATHS["weights"],
+        example_inputs=PATHS["example_inputs"],
+        export_outputs=PATHS["export_outputs"],
+        export_report=PATHS["export_report"],
         code=lambda w: WF.aimodel_code(w.model, w.stage),
     output:
-        asset=directory("artifacts/{model}/aimodels/{stage}/{bucket}.aimodel"),
-        report="artifacts/{model}/aimodels/{stage}/{bucket}.json",
+        asset=directory(PATHS["aimodel"]),
+        report=PATHS["aimodel_report"],
     log:
-        "artifacts/{model}/logs/aimodel/{stage}/{bucket}.log",
+        log_of("aimodel"),
     benchmark:
-        "artifacts/{model}/benchmarks/aimodel/{stage}/{bucket}.tsv"
+        benchmark_of("aimodel")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("aimodel")
@@ -35,19 +35,19 @@ rule aimodel:
 rule aimodel_parity:
     """The asset run by Apple's runtime vs the export's eager fp32 outputs, through the parity gate."""
     input:
-        asset="artifacts/{model}/aimodels/{stage}/{bucket}.aimodel",
-        asset_report="artifacts/{model}/aimodels/{stage}/{bucket}.json",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        asset=PATHS["aimodel"],
+        asset_report=PATHS["aimodel_report"],
+        example_inputs=PATHS["example_inputs"],
+        export_outputs=PATHS["export_outputs"],
+        export_report=PATHS["export_report"],
         code=WF.aimodel_parity_code(),
     output:
-        report="artifacts/{model}/aimodel_parity/{stage}/{bucket}.json",
-        arrays="artifacts/{model}/aimodel_parity/{stage}/{bucket}.outputs.npz",
+        report=PATHS["aimodel_parity"],
+        arrays=PATHS["aimodel_parity_arrays"],
     log:
-        "artifacts/{model}/logs/aimodel_parity/{stage}/{bucket}.log",
+        log_of("aimodel_parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/aimodel_parity/{stage}/{bucket}.tsv"
+        benchmark_of("aimodel_parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("aimodel_parity")

@@ -1,14 +1,14 @@
 rule runtime_assets:
     """Files the runtime reads besides packages (Kokoro: vocab and voice packs), listed in the manifest."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         code=lambda w: WF.assets_code(w.model),
     output:
-        directory("artifacts/{model}/assets"),
+        directory(PATHS["assets"]),
     log:
-        "artifacts/{model}/logs/runtime_assets.log",
+        log_of("runtime_assets"),
     benchmark:
-        "artifacts/{model}/benchmarks/runtime_assets.tsv"
+        benchmark_of("runtime_assets")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("runtime_assets")

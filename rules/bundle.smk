@@ -10,12 +10,12 @@ rule bundle:
         ],
         code=WF.bundle_code(),
     output:
-        package=directory("artifacts/{model}/bundles/{stage}.mlpackage"),
-        report="artifacts/{model}/bundles/{stage}.json",
+        package=directory(PATHS["bundle"]),
+        report=PATHS["bundle_report"],
     log:
-        "artifacts/{model}/logs/bundle/{stage}.log",
+        log_of("bundle"),
     benchmark:
-        "artifacts/{model}/benchmarks/bundle/{stage}.tsv"
+        benchmark_of("bundle")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("bundle")
@@ -31,13 +31,13 @@ rule bundle:
 rule bundle_parity:
     """Each bundle function against the upstream eager output stored by its bucket's parity job."""
     input:
-        bundle="artifacts/{model}/bundles/{stage}.mlpackage",
+        bundle=PATHS["bundle"],
         example_inputs=lambda w: [
-            f"{WF.export_base(w.model, w.stage, b)}.inputs.npz"
+            WF.export_files(w.model, w.stage, b)["example_inputs"]
             for b in WF.buckets(w.model, w.stage)
         ],
         export_reports=lambda w: [
-            f"{WF.export_base(w.model, w.stage, b)}.export.json"
+            WF.export_files(w.model, w.stage, b)["report"]
             for b in WF.buckets(w.model, w.stage)
         ],
         reference_arrays=lambda w: [
@@ -45,11 +45,11 @@ rule bundle_parity:
         ],
         code=WF.parity_code(),
     output:
-        "artifacts/{model}/bundles/{stage}.parity.json",
+        PATHS["bundle_parity"],
     log:
-        "artifacts/{model}/logs/bundle_parity/{stage}.log",
+        log_of("bundle_parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/bundle_parity/{stage}.tsv"
+        benchmark_of("bundle_parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("bundle_parity")

@@ -38,6 +38,24 @@ def weights_out(wildcards):
 
 
 # threads and resources of every rule, from the measured costs (anetts/resources.py)
-from anetts.resources import RuleResources
+from anetts.resources import RULES, RuleResources
+
+# Every artifact path the rules name, built once by anetts.artifacts (wildcards in braces).
+PATHS = artifacts.rule_patterns()
+
+
+def _job_wildcards(rule):
+    return [f"{{{w}}}" for w in (RULES[rule].wildcards if rule in RULES else ())]
+
+
+def log_of(rule):
+    """The log of a job of `rule`: logs/<rule>/<its wildcards>.log (anetts.artifacts.job_log)."""
+    return str(artifacts.job_log("{model}", rule, *_job_wildcards(rule)))
+
+
+def benchmark_of(rule):
+    """The benchmark of a job of `rule`, in the layout anetts.resources reads back."""
+    return str(artifacts.job_benchmark("{model}", rule, *_job_wildcards(rule)))
+
 
 RES = RuleResources(WF, global_resources=workflow.global_resources)

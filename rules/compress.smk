@@ -1,6 +1,6 @@
 # Compressed variants (config `variants`): weight-only int8 / palettized copies of the verified
-# packages, each gated against the same eager fp32 reference (bucketed stages like rule `parity`,
-# scenario stages like `parity_scenario`), then composed where the family has a chain check;
+# packages, each gated against the same eager fp32 reference as rule `parity` gates the package,
+# then composed where the family has a chain check;
 # `snakemake variants` builds them all.
 from anetts.variants import VariantConfig
 
@@ -13,71 +13,29 @@ wildcard_constraints:
 
 
 rule compress:
-    """One verified package → its compressed variant, kept only if it passes the variant's gate."""
+    """One verified package → its compressed variant (a scenario stage's functions still share one
+    copy of the weights), kept only if it passes the variant's gate: scored as rule `parity`
+    scores the package (one call, or the stage's scenario)."""
     input:
-        base_package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        base_report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
+        base_package=PATHS["package"],
+        base_report=PATHS["package_report"],
         # only a package that passed its own gate is compressed
-        base_parity="artifacts/{model}/parity/{stage}/{bucket}.json",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        base_parity=PATHS["parity"],
         code=lambda w: VC.code(w.model, w.stage),
     output:
-        package=directory(
-            "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
-        ),
-        report="artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.json",
-        parity="artifacts/{model}/variants/{variant}/parity/{stage}/{bucket}.json",
+        package=directory(PATHS["variant_package"]),
+        report=PATHS["variant_report"],
+        parity=PATHS["variant_parity"],
     log:
-        "artifacts/{model}/logs/compress/{variant}/{stage}/{bucket}.log",
+        log_of("compress"),
     benchmark:
-        "artifacts/{model}/benchmarks/compress/{variant}/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
+        benchmark_of("compress")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("compress")
     resources:
         **RES.of("compress"),
-    params:
-        settings=lambda w: VC.settings(w.model, w.variant, w.stage),
-        gate=lambda w: VC.gate(w.model, w.variant, w.stage),
-        default_gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
-        versions=WF.versions("coremltools", "numpy"),
-    script:
-        "../workflow_scripts/compress.py"
-
-
-rule compress_scenario:
-    """A scenario stage's verified multifunction package → its compressed variant (the functions
-    still share one copy of the weights), kept only if it plays the scenario within the gate.
-    """
-    input:
-        base_package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        base_report="artifacts/{model}/packages/{stage}/{bucket}.json",
-        base_parity="artifacts/{model}/parity/{stage}/{bucket}.json",
-        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=lambda w: VC.code(w.model, w.stage),
-    output:
-        package=directory(
-            "artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.mlpackage"
-        ),
-        report="artifacts/{model}/variants/{variant}/packages/{stage}/{bucket}.json",
-        parity="artifacts/{model}/variants/{variant}/parity/{stage}/{bucket}.json",
-    log:
-        "artifacts/{model}/logs/compress_scenario/{variant}/{stage}/{bucket}.log",
-    benchmark:
-        "artifacts/{model}/benchmarks/compress_scenario/{variant}/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    conda:
-        "../envs/anetts.yaml"
-    threads: RES.threads("compress_scenario")
-    resources:
-        **RES.of("compress_scenario"),
     params:
         settings=lambda w: VC.settings(w.model, w.variant, w.stage),
         gate=lambda w: VC.gate(w.model, w.variant, w.stage),
@@ -95,15 +53,15 @@ rule variant_chain_parity:
     input:
         packages=lambda w: VC.chain_packages(w.model, w.variant, w.bucket),
         parity=lambda w: VC.chain_parity_inputs(w.model, w.variant, w.bucket),
-        assets="artifacts/{model}/assets",
-        reference="artifacts/{model}/reference/{bucket}.npz",
+        assets=PATHS["assets"],
+        reference=PATHS["reference"],
         code=lambda w: WF.chain_code(w.model),
     output:
-        "artifacts/{model}/variants/{variant}/chain/{bucket}.json",
+        PATHS["variant_chain"],
     log:
-        "artifacts/{model}/logs/variant_chain_parity/{variant}/{bucket}.log",
+        log_of("variant_chain_parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/variant_chain_parity/{variant}/{bucket}.tsv"
+        benchmark_of("variant_chain_parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("variant_chain_parity")
@@ -123,19 +81,19 @@ rule variant_chain_parity:
 rule variant_manifest:
     """The variant's own manifest: its compressed packages plus the base packages of the other stages."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reports=lambda w: VC.package_reports(w.model, w.variant),
         packages=lambda w: VC.packages(w.model, w.variant),
         torchscripts=lambda w: WF.torchscripts(w.model),
         parity=lambda w: VC.parity_reports(w.model, w.variant),
         chain=lambda w: VC.chain_reports(w.model, w.variant),
-        assets="artifacts/{model}/assets",
+        assets=PATHS["assets"],
     output:
-        "artifacts/{model}/variants/{variant}/manifest.json",
+        PATHS["variant_manifest"],
     log:
-        "artifacts/{model}/logs/variant_manifest/{variant}.log",
+        log_of("variant_manifest"),
     benchmark:
-        "artifacts/{model}/benchmarks/variant_manifest/{variant}.tsv"
+        benchmark_of("variant_manifest")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("variant_manifest")
@@ -161,17 +119,17 @@ rule variants_summary:
         base_parity=lambda w: WF.parity_reports(w.model),
         # every variant whole: its manifest exists only once all its gates passed
         manifests=lambda w: VC.manifests(w.model, VC.names_for(w.model)),
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         base_reports=lambda w: WF.package_reports(w.model),
         base_packages=lambda w: WF.packages(w.model),
         code=lambda w: VC.summary_code(w.model),
     output:
-        json="artifacts/{model}/variants/summary.json",
-        markdown="artifacts/{model}/variants/summary.md",
+        json=PATHS["variants_summary"],
+        markdown=PATHS["variants_summary_md"],
     log:
-        "artifacts/{model}/logs/variants_summary.log",
+        log_of("variants_summary"),
     benchmark:
-        "artifacts/{model}/benchmarks/variants_summary.tsv"
+        benchmark_of("variants_summary")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("variants_summary")

@@ -1,20 +1,20 @@
 rule convert:
-    """TorchScript → ML Program .mlpackage (fp16 compute, fp32/int32 I/O) + a JSON report + its inspect JSON."""
+    """The traced export → an ML Program .mlpackage (fp16 compute, fp32/int32 I/O) + a JSON report +
+    its inspect JSON: one function, or a scenario stage's functions merged into one multifunction
+    package sharing weights and fp16 states."""
     input:
-        torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        traced=lambda w: WF.export_files(w.model, w.stage, w.bucket)["traced"],
+        export_report=PATHS["export_report"],
         code=WF.convert_code(),
     output:
-        package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
-        report="artifacts/{model}/packages/{stage}/{bucket}.json",
+        package=directory(PATHS["package"]),
+        report=PATHS["package_report"],
         # op histogram, weight bytes, I/O and the ANE lint (`anetts inspect --json` of the package)
-        inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
+        inspect=PATHS["inspect"],
     log:
-        "artifacts/{model}/logs/convert/{stage}/{bucket}.log",
+        log_of("convert"),
     benchmark:
-        "artifacts/{model}/benchmarks/convert/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
+        benchmark_of("convert")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("convert")
@@ -26,32 +26,3 @@ rule convert:
         versions=WF.versions("coremltools", "numpy"),
     script:
         "../workflow_scripts/convert.py"
-
-
-rule convert_scenario:
-    """A scenario stage's functions → one multifunction package sharing weights and fp16 states."""
-    input:
-        functions="artifacts/{model}/export/{stage}/{bucket}.functions",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=WF.convert_code(),
-    output:
-        package=directory("artifacts/{model}/packages/{stage}/{bucket}.mlpackage"),
-        report="artifacts/{model}/packages/{stage}/{bucket}.json",
-        inspect="artifacts/{model}/inspect/{stage}/{bucket}.json",
-    log:
-        "artifacts/{model}/logs/convert_scenario/{stage}/{bucket}.log",
-    benchmark:
-        "artifacts/{model}/benchmarks/convert_scenario/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    conda:
-        "../envs/anetts.yaml"
-    threads: RES.threads("convert_scenario")
-    resources:
-        **RES.of("convert_scenario"),
-    params:
-        options=lambda w: WF.convert_options(w.model, w.stage),
-        model_meta=lambda w: WF.model_meta(w.model),
-        versions=WF.versions("coremltools", "numpy"),
-    script:
-        "../workflow_scripts/convert_scenario.py"

@@ -1,21 +1,21 @@
 rule export:
     """Trace one stage at one bucket (TorchScript + example inputs), checked against eager."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reference=lambda w: WF.export_reference(w.model, w.stage, w.bucket),
         # Snakemake does not follow imports: the stage's own sources are explicit inputs, so an
         # edit reruns exactly this stage's exports and what depends on them.
         code=lambda w: WF.stage_code(w.model, w.stage),
     output:
-        torchscript="artifacts/{model}/export/{stage}/{bucket}.pt",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        traced=PATHS["export_pt"],
+        example_inputs=PATHS["example_inputs"],
+        report=PATHS["export_report"],
         # eager (parity's reference) and traced outputs on the example inputs
-        outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
+        export_outputs=PATHS["export_outputs"],
     log:
-        "artifacts/{model}/logs/export/{stage}/{bucket}.log",
+        log_of("export"),
     benchmark:
-        "artifacts/{model}/benchmarks/export/{stage}/{bucket}.tsv"
+        benchmark_of("export")
     wildcard_constraints:
         stage=WF.stage_regex("bucketed"),
     conda:
@@ -31,21 +31,23 @@ rule export:
         "../workflow_scripts/export.py"
 
 
+# A scenario stage's export writes other files (a folder of one TorchScript per function, the
+# scenario's calls) than a bucketed stage's, so the step is two rules; one script runs both.
 rule export_scenario:
     """Trace a scenario stage's functions at one bucket and record its teacher-forced scenario
     (upstream's calls and outputs; the eager wrapper checked against them at fp32)."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reference=lambda w: WF.export_reference(w.model, w.stage, w.bucket),
         code=lambda w: WF.stage_code(w.model, w.stage),
     output:
-        functions=directory("artifacts/{model}/export/{stage}/{bucket}.functions"),
-        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
-        report="artifacts/{model}/export/{stage}/{bucket}.export.json",
+        traced=directory(PATHS["export_functions"]),
+        scenario=PATHS["scenario"],
+        report=PATHS["export_report"],
     log:
-        "artifacts/{model}/logs/export_scenario/{stage}/{bucket}.log",
+        log_of("export_scenario"),
     benchmark:
-        "artifacts/{model}/benchmarks/export_scenario/{stage}/{bucket}.tsv"
+        benchmark_of("export_scenario")
     wildcard_constraints:
         stage=WF.stage_regex("scenario"),
     conda:
@@ -59,4 +61,4 @@ rule export_scenario:
         stage=lambda w: WF.stage_params(w.model, w.stage),
         versions=lambda w: WF.upstream_versions(w.model),
     script:
-        "../workflow_scripts/export_scenario.py"
+        "../workflow_scripts/export.py"

@@ -1,7 +1,7 @@
 rule manifest:
     """The contract read by the runtime: every package with its I/O, geometry and sha256."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reports=lambda w: WF.package_reports(w.model),
         packages=lambda w: WF.packages(w.model),
         torchscripts=lambda w: WF.torchscripts(w.model),
@@ -11,17 +11,17 @@ rule manifest:
         bundle_reports=lambda w: WF.bundle_reports(w.model),
         bundle_parity=lambda w: WF.bundle_parity_reports(w.model),
         example_inputs=lambda w: WF.example_inputs(w.model),
-        assets="artifacts/{model}/assets",
+        assets=PATHS["assets"],
         # the compiled chain's gate, for families that declare one
         chain=lambda w: WF.chain_reports(w.model),
         # the runtime end to end over the compiled packages, for families that declare a check
         end_to_end=lambda w: WF.end_to_end_reports(w.model),
     output:
-        "artifacts/{model}/manifest.json",
+        PATHS["manifest"],
     log:
-        "artifacts/{model}/logs/manifest.log",
+        log_of("manifest"),
     benchmark:
-        "artifacts/{model}/benchmarks/manifest.tsv"
+        benchmark_of("manifest")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("manifest")

@@ -1,24 +1,20 @@
 rule parity:
-    """Upstream eager fp32 vs traced export vs the package (MIL executor; CoreML on macOS), gated.
-
-    The eager and traced outputs come from the export job (same inputs), so this job loads
-    neither the model nor the TorchScript: one executor run per package.
+    """The package against upstream eager fp32 (MIL executor; CoreML on macOS), gated: one call on
+    the export's example inputs (its eager and traced outputs come from the export job, so this job
+    loads neither the model nor the TorchScript), or a scenario stage's teacher-forced calls with
+    the state carried, each call against upstream, logits also by top-1 agreement.
     """
     input:
-        package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        example_inputs="artifacts/{model}/export/{stage}/{bucket}.inputs.npz",
-        export_outputs="artifacts/{model}/export/{stage}/{bucket}.outputs.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=WF.parity_code(),
+        unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
+        package=PATHS["package"],
+        code=lambda w: WF.parity_code(w.model, w.stage),
     output:
-        report="artifacts/{model}/parity/{stage}/{bucket}.json",
-        arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
+        report=PATHS["parity"],
+        arrays=PATHS["parity_arrays"],
     log:
-        "artifacts/{model}/logs/parity/{stage}/{bucket}.log",
+        log_of("parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/parity/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("bucketed"),
+        benchmark_of("parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity")
@@ -31,35 +27,6 @@ rule parity:
         "../workflow_scripts/parity.py"
 
 
-rule parity_scenario:
-    """The package plays the export's teacher-forced scenario (state carried), each call against
-    upstream; logits also by top-1 agreement. Gated: a failing call fails the rule."""
-    input:
-        package="artifacts/{model}/packages/{stage}/{bucket}.mlpackage",
-        scenario="artifacts/{model}/export/{stage}/{bucket}.scenario.npz",
-        export_report="artifacts/{model}/export/{stage}/{bucket}.export.json",
-        code=WF.scenario_parity_code(),
-    output:
-        report="artifacts/{model}/parity/{stage}/{bucket}.json",
-        arrays="artifacts/{model}/parity/{stage}/{bucket}.outputs.npz",
-    log:
-        "artifacts/{model}/logs/parity_scenario/{stage}/{bucket}.log",
-    benchmark:
-        "artifacts/{model}/benchmarks/parity_scenario/{stage}/{bucket}.tsv"
-    wildcard_constraints:
-        stage=WF.stage_regex("scenario"),
-    conda:
-        "../envs/anetts.yaml"
-    threads: RES.threads("parity_scenario")
-    resources:
-        **RES.of("parity_scenario"),
-    params:
-        gate=lambda w: WF.parity_gate(w.model, w.stage),
-        compute_units=lambda w: WF.convert_options(w.model, w.stage)["compute_units"],
-    script:
-        "../workflow_scripts/parity_scenario.py"
-
-
 rule chain_parity:
     """The compiled packages composed as the runtime composes them, against upstream (families
     that declare a chain check), at one reference bucket. Gated; its verdict goes in the manifest.
@@ -68,15 +35,15 @@ rule chain_parity:
         packages=lambda w: WF.chain_packages(w.model, w.bucket),
         # only packages that passed their own gates are composed
         parity=lambda w: WF.chain_parity_inputs(w.model, w.bucket),
-        assets="artifacts/{model}/assets",
-        reference="artifacts/{model}/reference/{bucket}.npz",
+        assets=PATHS["assets"],
+        reference=PATHS["reference"],
         code=lambda w: WF.chain_code(w.model),
     output:
-        "artifacts/{model}/chain/{bucket}.json",
+        PATHS["chain"],
     log:
-        "artifacts/{model}/logs/chain_parity/{bucket}.log",
+        log_of("chain_parity"),
     benchmark:
-        "artifacts/{model}/benchmarks/chain_parity/{bucket}.tsv"
+        benchmark_of("chain_parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("chain_parity")
@@ -100,14 +67,14 @@ rule parity_summary:
         arrays=lambda w: WF.parity_arrays_all(w.model),
         code=WF.summary_code(),
     output:
-        markdown="artifacts/{model}/parity_summary.md",
-        json="artifacts/{model}/parity_summary.json",
-        snr_plot="artifacts/{model}/parity_snr.png",
-        waveform_plot="artifacts/{model}/parity_waveform.png",
+        markdown=PATHS["parity_summary_markdown"],
+        json=PATHS["parity_summary_json"],
+        snr_plot=PATHS["parity_summary_snr_plot"],
+        waveform_plot=PATHS["parity_summary_waveform_plot"],
     log:
-        "artifacts/{model}/logs/parity_summary.log",
+        log_of("parity_summary"),
     benchmark:
-        "artifacts/{model}/benchmarks/parity_summary.tsv"
+        benchmark_of("parity_summary")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity_summary")
@@ -126,21 +93,21 @@ rule end_to_end:
     in the manifest. It reads what the manifest rule reads and builds the manifest in memory.
     """
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         reports=lambda w: WF.package_reports(w.model),
         packages=lambda w: WF.packages(w.model),
         torchscripts=lambda w: WF.torchscripts(w.model),
         # only packages that passed their own gates are composed
         parity=lambda w: WF.parity_reports(w.model),
         example_inputs=lambda w: WF.example_inputs(w.model),
-        assets="artifacts/{model}/assets",
+        assets=PATHS["assets"],
         code=lambda w: WF.end_to_end_code(w.model),
     output:
-        "artifacts/{model}/end_to_end.json",
+        PATHS["end_to_end"],
     log:
-        "artifacts/{model}/logs/end_to_end.log",
+        log_of("end_to_end"),
     benchmark:
-        "artifacts/{model}/benchmarks/end_to_end.tsv"
+        benchmark_of("end_to_end")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("end_to_end")

@@ -10,20 +10,20 @@ localrules:
 rule publish:
     """Target: publish the configured model (`hf_repo`, or `publish.repo_id` in config.yaml)."""
     input:
-        f"artifacts/{config['model']}/publish/published.json",
+        str(artifacts.published_path(config["model"])),
 
 
 rule publish_model:
     """Gate, stage artifacts/{model}/publish/tree, commit it in one atomic commit, record the commit sha."""
     input:
         # only what passed every gate: the manifest lists verified packages, the summary every verdict
-        manifest="artifacts/{model}/manifest.json",
-        summary="artifacts/{model}/parity_summary.json",
+        manifest=PATHS["manifest"],
+        summary=PATHS["parity_summary_json"],
         code=WF.publish_code(),
     output:
-        "artifacts/{model}/publish/published.json",
+        PATHS["published"],
     log:
-        "artifacts/{model}/logs/publish.log",
+        log_of("publish"),
     conda:
         "../envs/anetts.yaml"
     params:

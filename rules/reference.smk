@@ -1,14 +1,14 @@
 rule reference:
     """One upstream forward per bucket; its stage-boundary tensors are the examples of every stage."""
     input:
-        weights="artifacts/{model}/weights",
+        weights=PATHS["weights"],
         code=lambda w: WF.reference_code(w.model),
     output:
-        "artifacts/{model}/reference/{bucket}.npz",
+        PATHS["reference"],
     log:
-        "artifacts/{model}/logs/reference/{bucket}.log",
+        log_of("reference"),
     benchmark:
-        "artifacts/{model}/benchmarks/reference/{bucket}.tsv"
+        benchmark_of("reference")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("reference")

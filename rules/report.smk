@@ -10,7 +10,6 @@ from anetts.resources import spec as rule_spec
 NOT_REPORTED = {
     "report",
     "compress",
-    "compress_scenario",
     "variant_chain_parity",
     "variant_manifest",
     "variants_summary",
@@ -34,11 +33,11 @@ rule report:
         unpack(lambda w: report_inputs(WF, w.model, REPORT_BENCHMARKS)),
         code=WF.report_code(),
     output:
-        "artifacts/{model}/report.html",
+        PATHS["report"],
     log:
-        "artifacts/{model}/logs/report.log",
+        log_of("report"),
     benchmark:
-        "artifacts/{model}/benchmarks/report.tsv"
+        benchmark_of("report")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("report")

@@ -4,11 +4,11 @@ rule weights:
         code=lambda w: WF.weights_code(w.model),
         files=lambda w: WF.weights_inputs(w.model),
     output:
-        directory("artifacts/{model}/weights"),
+        directory(PATHS["weights"]),
     log:
-        "artifacts/{model}/logs/weights.log",
+        log_of("weights"),
     benchmark:
-        "artifacts/{model}/benchmarks/weights.tsv"
+        benchmark_of("weights")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("weights")

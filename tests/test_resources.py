@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anetts import resources
+from anetts import artifacts, resources
 from anetts.resources import RULES, RuleResources, ResourceError, estimate
 from anetts.workflow import WorkflowConfig
 from workflow_helpers import REPO, cluster_python, make_workflow_copy, run_snakemake, small_config
@@ -108,11 +108,14 @@ def test_every_rule_declares_threads_resources_and_a_benchmark_in_the_table_layo
             continue
         assert f'threads: RES.threads("{rule}")' in block, rule
         assert f'**RES.of("{rule}")' in block, rule
-        # resources_from_benchmarks.py reads the wildcards back from these paths
+        # the paths come from the rule's RULES entry (rules/common.smk: log_of, benchmark_of), and
+        # resources_from_benchmarks.py reads the wildcards back from them
+        assert f'log_of("{rule}")' in block and f'benchmark_of("{rule}")' in block, rule
         tail = "/".join("{%s}" % w for w in RULES[rule].wildcards)
-        for kind, ext in (("benchmarks", "tsv"), ("logs", "log")):
+        wildcards = ["{%s}" % w for w in RULES[rule].wildcards]
+        for kind, ext, path_of in (("benchmarks", "tsv", artifacts.job_benchmark), ("logs", "log", artifacts.job_log)):
             path = f"artifacts/{{model}}/{kind}/{rule}/{tail}.{ext}" if tail else f"artifacts/{{model}}/{kind}/{rule}.{ext}"
-            assert f'"{path}"' in block, (rule, path)
+            assert str(path_of("{model}", rule, *wildcards)) == path, (rule, path)
 
 
 # -- cluster profiles ----------------------------------------------------------------------------------

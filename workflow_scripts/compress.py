@@ -9,7 +9,7 @@ from anetts.options import Gate
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 gate = Gate.make(**p.gate)
-if "scenario" in inp.keys():  # rule compress_scenario: the package plays the stage's scenario
+if "scenario" in inp.keys():  # a scenario stage: the package plays its scenario
     score = scenario_scorer(inp.scenario, inp.export_report, gate, compute_units=p.compute_units)
 else:
     score = bucketed_scorer(inp.example_inputs, inp.export_outputs, inp.export_report, gate,

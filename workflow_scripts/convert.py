@@ -4,8 +4,8 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake, coremltools=True)
-from anetts.compile.convert import ConvertOptions, convert_package
+from anetts.compile.convert import ConvertOptions, convert_export
 
-convert_package(snakemake.input.torchscript, snakemake.input.export_report, snakemake.output.package,
-                snakemake.output.report, ConvertOptions.make(**snakemake.params.options), dict(snakemake.params.model_meta),
-                out_inspect=snakemake.output.inspect)
+convert_export(snakemake.input.traced, snakemake.input.export_report, snakemake.output.package,
+               snakemake.output.report, ConvertOptions.make(**snakemake.params.options),
+               dict(snakemake.params.model_meta), out_inspect=snakemake.output.inspect)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.bundle import function_name
 from anetts.compile.convert import PRECISIONS
+from anetts.compile.stamp import package_stamp
 from anetts.compile.trace import TRACE_REL_TOL
 from anetts.provenance import provenance
 # running an asset is the runtime's coreai runner; the converter checks what it wrote with the same code
@@ -126,22 +126,13 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
         raise AIModelError(f"coreai-torch failed on {where}: {type(e).__name__}: {e}") from e
     t2 = time.perf_counter()
 
-    meta = {
-        "anetts.model": model_meta["model"],
-        "anetts.family": model_meta.get("family", ""),
-        "anetts.source": model_meta.get("source", ""),
-        "anetts.revision": str(model_meta.get("revision") or ""),
-        "anetts.stage": spec.stage,
-        "anetts.bucket": spec.bucket,
-        "anetts.geometry": json.dumps(spec.geometry, sort_keys=True),
-        "anetts.precision": precision,
-        "anetts.version": __version__,
-    }
+    package = package_stamp(model_meta, spec.stage, spec.bucket, spec.geometry, precision)
+    meta = package.metadata
 
     def stamp(m):
-        m.author = "ane-tts"
-        m.license = model_meta.get("licence") or "see the model card"
-        m.model_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
+        m.author = package.author
+        m.license = package.licence
+        m.model_description = package.description
         for k, v in meta.items():
             m.set_custom(k, v)
 

@@ -33,8 +33,8 @@ from collections import Counter
 from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, tree_sha256
-from anetts.compile.inspect import (BlobFile, _function_blocks, _resolve_blob_path, _walk, fp16_bytes,
-                                  function_io, function_weights, load_spec, package_files)
+from anetts.compile.inspect import (BlobFile, _resolve_blob_path, fp16_bytes, function_io, function_weights,
+                                  load_spec, op_counts, package_files)
 from anetts.compile.reproducible import stabilize_package
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use
@@ -70,13 +70,6 @@ def _dir_bytes(path: Path) -> int:
 
 def _io_key(fio: dict) -> dict:
     return {k: [(t["name"], t.get("shape"), t.get("dtype")) for t in fio.get(k, [])] for k in ("inputs", "outputs")}
-
-
-def _op_hist(spec) -> dict[str, dict[str, int]]:
-    out = {}
-    for fname, fn in spec.mlProgram.functions.items():
-        out[fname] = dict(sorted(Counter(op.type for b in _function_blocks(fn) for op in _walk(b)).items()))
-    return out
 
 
 def weight_content(packages: dict[str, Path]) -> dict:
@@ -145,7 +138,7 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
                               "bundle single-function packages")
         src_fn[name] = fn
         src_io[name] = ios[fn]
-        src_ops[name] = _op_hist(spec)[fn]
+        src_ops[name] = op_counts(spec)[fn]
 
     desc = ct.utils.MultiFunctionDescriptor()
     for name, path in packages.items():
@@ -245,7 +238,7 @@ def _verify(pkg: Path, packages, src_io, src_ops, default_function) -> None:
         raise BundleError(f"bundle has functions {sorted(ios)}, expected {sorted(packages)}")
     if (spec.description.defaultFunctionName or "") != default_function:
         raise BundleError(f"bundle default function is {spec.description.defaultFunctionName!r}")
-    hist = _op_hist(spec)
+    hist = op_counts(spec)
     for name in packages:
         if _io_key(ios[name]) != _io_key(src_io[name]):
             raise BundleError(f"function {name!r}: I/O {_io_key(ios[name])} != source {_io_key(src_io[name])}")

@@ -19,7 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.artifacts import atomic_outputs, clear_outputs, failed_report_path, tree_sha256, write_json
+from anetts.compile.inspect import program_ops
 from anetts.compile.reproducible import stabilize_package
 from anetts.provenance import provenance
 
@@ -122,36 +123,17 @@ def op_config(settings: dict):
 
 
 def _ops(spec) -> list[str]:
-    types = []
-
-    def walk(block):
-        for op in block.operations:
-            types.append(op.type)
-            for b in op.blocks:
-                walk(b)
-
-    for fn in spec.mlProgram.functions.values():
-        for blk in fn.block_specializations.values():
-            walk(blk)
-    return types
+    return [op.type for _, op in program_ops(spec)]
 
 
 def _op_names(spec) -> set[str]:
     """Every op's name and output names (what coremltools' op_name_configs may key on)."""
     names = set()
-
-    def walk(block):
-        for op in block.operations:
-            a = op.attributes.get("name")
-            if a is not None:
-                names.update(a.immediateValue.tensor.strings.values)
-            names.update(o.name for o in op.outputs)
-            for b in op.blocks:
-                walk(b)
-
-    for fn in spec.mlProgram.functions.values():
-        for blk in fn.block_specializations.values():
-            walk(blk)
+    for _, op in program_ops(spec):
+        a = op.attributes.get("name")
+        if a is not None:
+            names.update(a.immediateValue.tensor.strings.values)
+        names.update(o.name for o in op.outputs)
     return names
 
 
@@ -281,7 +263,7 @@ def bucketed_scorer(example_inputs: Path, export_outputs: Path, export_report: P
 
 
 def scenario_scorer(scenario: Path, export_report: Path, gate, compute_units: str = "CPU_AND_GPU") -> Callable[[Path], dict]:
-    """A scenario stage's package scored as rule `parity_scenario` scores it (per call, and top-1
+    """A scenario stage's package scored as rule `parity` scores it (per call, and top-1
     agreement of its logits over the whole scenario)."""
     from anetts.verify.scenario_parity import run_scenario_parity
 
@@ -300,12 +282,11 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
     reads it unchanged, plus a `compression` block) and `out_parity`. On a failed gate nothing of
     these exists afterwards; `<out_parity stem>.failed.json` holds the measured report.
     """
-    from anetts.verify.parity import ParityError
+    from anetts.verify.parity import raise_failed
 
     where = f"variants.{variant}"
     outs = (Path(out_package), Path(out_report), Path(out_parity))
-    failed = Path(out_parity).with_name(Path(out_parity).stem + ".failed.json")
-    clear_outputs(*outs, failed)
+    clear_outputs(*outs, failed_report_path(out_parity))
     base = json.loads(Path(base_report).read_text(encoding="utf-8"))
     check_target(settings, base["deployment_target"], where, stage)
     t0 = time.perf_counter()
@@ -323,9 +304,8 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
         report.update({"variant": variant, "default_gate": asdict(default_gate) if default_gate else None,
                        "settings": settings, "sizes": sizes})
         if not report["passed"]:
-            write_json(failed, report)
-            raise ParityError(f"variant {variant} {stage}/{report['bucket']} failed its gate ({_gate(report)}): "
-                              f"measured {_measured(report)}; nothing was kept; report: {failed}")
+            raise_failed(report, out_parity, f"variant {variant} {stage}/{report['bucket']} failed its gate "
+                         f"({_gate(report)}): measured {_measured(report)}; nothing was kept")
         compressed = {
             **{k: base[k] for k in ("stage", "bucket", "geometry", "deployment_target", "precision", "compute_units",
                                     "inputs", "outputs")},

@@ -23,11 +23,11 @@ from collections import Counter
 from pathlib import Path
 
 
-from anetts._version import __version__
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.inspect import apply_lint_policy, inspect_package
 from anetts.compile.reproducible import stabilize_package
 from anetts.compile.rewrite import LinearRewrite
+from anetts.compile.stamp import package_stamp
 from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec, FunctionSpec, StateSpec
@@ -181,6 +181,16 @@ def state_types(states, deployment_target: str, where: str) -> list:
     return out
 
 
+def convert_export(traced: Path, export_json: Path, out_package: Path, out_report: Path,
+                   options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
+    """Rule `convert`: an export (`artifacts.export_traced`) as its package. A scenario stage's
+    functions (a folder of one TorchScript each) become one multifunction package; a bucketed
+    stage's one TorchScript, a package whose one function is `main`."""
+    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
+    convert = convert_scenario_package if export.get("kind") == "scenario" else convert_package
+    return convert(traced, export_json, out_package, out_report, options, model_meta, out_inspect=out_inspect)
+
+
 def convert_package(torchscript: Path, export_json: Path, out_package: Path, out_report: Path,
                     options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
     """Convert, check and save. `model_meta`: model, family, source, revision.
@@ -191,26 +201,26 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
     clear_outputs(out_package, out_report, *((out_inspect,) if out_inspect is not None else ()))
     export = json.loads(Path(export_json).read_text(encoding="utf-8"))
     spec = BucketSpec.from_json(export["spec"])
-    function = FunctionSpec(spec.bucket, spec.inputs, spec.outputs)
-    return convert_function(torchscript, function, out_package, out_report, options, model_meta,
-                            stage=spec.stage, geometry=spec.geometry, out_inspect=out_inspect)
+    return convert_function(torchscript, spec.function(), out_package, out_report, options, model_meta,
+                            stage=spec.stage, bucket=spec.bucket, geometry=spec.geometry, out_inspect=out_inspect)
 
 
 def convert_function(torchscript: Path, function: FunctionSpec, out_package: Path, out_report: Path,
                      options: ConvertOptions, model_meta: dict, stage: str, geometry: dict | None = None,
-                     out_inspect: Path | None = None) -> dict:
+                     out_inspect: Path | None = None, bucket: str | None = None) -> dict:
     """Convert one traced function (with its states, if any) into a single-function package.
 
     `convert_package` is this for an export job's bucket; stateful functions (`prefill`,
     `decode`) are converted one by one and merged with `anetts.compile.bundle.bundle_packages`,
-    which keeps their shared states and weights.  The report's `bucket` is the function name.
+    which keeps their shared states and weights.  The report's `bucket` is `bucket`, else the
+    function's name; its `functions` is the one function typed (`FunctionSpec.to_json`).
     """
     outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
     clear_outputs(*outs)
     ct = _ct()
     import torch
 
-    spec = BucketSpec(stage, function.name, 0, dict(geometry or {}), function.inputs, function.outputs)
+    spec = BucketSpec(stage, bucket or function.name, 0, dict(geometry or {}), function.inputs, function.outputs)
     where = f"{spec.stage}/{spec.bucket}"
     states = state_types(function.states, options.deployment_target, where)
     if options.precision not in PRECISIONS:
@@ -239,28 +249,18 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     fp32_ops.check()  # so is an fp32_ops selector that matched nothing
     t1 = time.perf_counter()
 
-    mlmodel.short_description = f"{model_meta['model']} {spec.stage} stage, bucket {spec.bucket}"
-    mlmodel.author = "ane-tts"
-    mlmodel.license = model_meta.get("licence") or "see the model card"
-    mlmodel.version = __version__
+    stamp = package_stamp(model_meta, spec.stage, spec.bucket, spec.geometry, options.precision,
+                          compute_units=options.compute_units, linear_rewrite=options.linear_rewrite,
+                          **({"fp32_ops": json.dumps(list(options.fp32_ops))} if options.fp32_ops else {}))
+    mlmodel.short_description = stamp.description
+    mlmodel.author = stamp.author
+    mlmodel.license = stamp.licence
+    mlmodel.version = stamp.version
     for t in spec.inputs:
         mlmodel.input_description[t.name] = t.description
     for t in spec.outputs:
         mlmodel.output_description[t.name] = t.description
-    meta = {
-        "anetts.model": model_meta["model"],
-        "anetts.family": model_meta.get("family", ""),
-        "anetts.source": model_meta.get("source", ""),
-        "anetts.revision": str(model_meta.get("revision") or ""),
-        "anetts.stage": spec.stage,
-        "anetts.bucket": spec.bucket,
-        "anetts.geometry": json.dumps(spec.geometry, sort_keys=True),
-        "anetts.precision": options.precision,
-        "anetts.compute_units": options.compute_units,
-        "anetts.linear_rewrite": options.linear_rewrite,
-        **({"anetts.fp32_ops": json.dumps(list(options.fp32_ops))} if options.fp32_ops else {}),
-        "anetts.version": __version__,
-    }
+    meta = stamp.metadata
     mlmodel.user_defined_metadata.update(meta)
 
     with atomic_outputs(*outs) as tmps:
@@ -285,6 +285,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
             "precision": options.precision,
             "compute_units": options.compute_units,
             **io,
+            # the package's one function typed (the package names it as Core ML does, `main`)
+            "functions": [function.to_json()],
             "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
             "linear_rewrite": rewrite.report(),
             # per selector: the op types it kept fp32 (counted at the fp16 pass)
@@ -315,13 +317,37 @@ def check_size(package: Path, options: ConvertOptions, where: str) -> int:
     return n
 
 
+def convert_functions(torchscripts: dict[str, Path], functions: list[FunctionSpec], out_package: Path, work_dir: Path,
+                      options: ConvertOptions, model_meta: dict, stage: str, geometry: dict | None = None,
+                      bucket: str | None = None) -> tuple[dict, dict]:
+    """Each function's TorchScript converted with its states (`convert_function`, into `work_dir`)
+    and merged into one multifunction package at `out_package` sharing weights and states, the
+    first function its default. Returns (bundle report with its `seconds`, {function: convert
+    report}). The one
+    convert-and-bundle path: rule `convert` of a scenario stage, and `compile_module`."""
+    from anetts.compile.bundle import bundle_packages
+
+    where = f"{stage}/{bucket}" if bucket else stage
+    parts, reports = {}, {}
+    for fn in functions:
+        ts = Path(torchscripts[fn.name]) if fn.name in torchscripts else None
+        if ts is None or not ts.is_file():
+            raise ConversionError(f"{where}: function {fn.name} has no TorchScript {ts}")
+        parts[fn.name] = Path(work_dir) / f"{fn.name}.mlpackage"
+        reports[fn.name] = convert_function(ts, fn, parts[fn.name], Path(work_dir) / f"{fn.name}.json", options,
+                                            model_meta, stage=stage, geometry=geometry)
+    meta = {**reports[functions[0].name]["metadata"], **({"anetts.bucket": bucket} if bucket else {})}
+    t0 = time.perf_counter()
+    bundle = bundle_packages(parts, out_package, default_function=functions[0].name, metadata=meta)
+    bundle["seconds"] = round(time.perf_counter() - t0, 3)
+    return bundle, reports
+
+
 def convert_scenario_package(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
                              options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
     """A scenario stage's functions (one TorchScript each, with their states) converted one by one
     and merged into one multifunction package sharing weights and states; size-linted as a whole."""
     import tempfile
-
-    from anetts.compile.bundle import bundle_packages
 
     outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
     clear_outputs(*outs)
@@ -329,21 +355,14 @@ def convert_scenario_package(functions_dir: Path, export_json: Path, out_package
     stage, bucket, geometry = export["stage"], export["bucket"], export["geometry"]
     functions = [FunctionSpec.from_json(f) for f in export["functions"]]
     where = f"{stage}/{bucket}"
+    torchscripts = {fn.name: Path(functions_dir) / f"{fn.name}.pt" for fn in functions}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f".{Path(out_package).name}.", dir=Path(out_package).parent) as tmp_dir:
-        tmp_dir = Path(tmp_dir)
-        parts, reports = {}, {}
-        for fn in functions:
-            ts = Path(functions_dir) / f"{fn.name}.pt"
-            if not ts.is_file():
-                raise ConversionError(f"{where}: function {fn.name} has no TorchScript {ts}")
-            parts[fn.name] = tmp_dir / f"{fn.name}.mlpackage"
-            reports[fn.name] = convert_function(ts, fn, parts[fn.name], tmp_dir / f"{fn.name}.json", options,
-                                                model_meta, stage=stage, geometry=geometry)
-        meta = {**reports[functions[0].name]["metadata"], "anetts.bucket": bucket}
         with atomic_outputs(*outs) as tmps:
             tmp_pkg, tmp_report = tmps[:2]
-            bundle = bundle_packages(parts, tmp_pkg, default_function=functions[0].name, metadata=meta)
+            bundle, reports = convert_functions(torchscripts, functions, tmp_pkg, Path(tmp_dir), options, model_meta,
+                                                stage, geometry, bucket=bucket)
+            meta = {**reports[functions[0].name]["metadata"], "anetts.bucket": bucket}
             size = check_size(tmp_pkg, options, where)
             info = inspect_package(tmp_pkg)
             default = reports[functions[0].name]
@@ -362,7 +381,7 @@ def convert_scenario_package(functions_dir: Path, export_json: Path, out_package
                 "inputs": default["inputs"],
                 "outputs": default["outputs"],
                 "default_function": functions[0].name,
-                "functions": {f.name: f.to_json() for f in functions},
+                "functions": [f.to_json() for f in functions],
                 "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
                 "linear_rewrite": {name: r["linear_rewrite"] for name, r in reports.items()},
                 "lint": info["lint"],

@@ -236,20 +236,40 @@ def _function_blocks(fn):
     return list(fn.block_specializations.values())
 
 
+def function_ops(fn) -> list:
+    """Every op of one function of a saved ML Program's spec: its run-time block, nested blocks
+    (loops, conditions) included. The one walker of a package's op tree (also `program_ops`)."""
+    return [op for block in _function_blocks(fn) for op in _walk(block)]
+
+
+def program_ops(spec):
+    """(function name, op) for every op of every function (`function_ops`)."""
+    for fname, fn in spec.mlProgram.functions.items():
+        for op in function_ops(fn):
+            yield fname, op
+
+
+def op_counts(spec) -> dict[str, dict[str, int]]:
+    """Per function: op type -> count (`program_ops`), sorted by type."""
+    out: dict[str, dict[str, int]] = {fname: {} for fname in spec.mlProgram.functions}
+    for fname, op in program_ops(spec):
+        out[fname][op.type] = out[fname].get(op.type, 0) + 1
+    return {f: dict(sorted(c.items())) for f, c in out.items()}
+
+
 def function_weights(spec, spec_dir: Path) -> dict[str, dict]:
     """Per function: {"blobs": {(file, offset): (dtype, nbytes)}, "inline_bytes": n}."""
     out = {}
     for fname, fn in spec.mlProgram.functions.items():
         blobs, inline = {}, 0
-        for block in _function_blocks(fn):
-            for op in _walk(block):
-                for _, val in _iter_values(op):
-                    kind = val.WhichOneof("value")
-                    if kind == "blobFileValue":
-                        key = (val.blobFileValue.fileName, int(val.blobFileValue.offset))
-                        blobs[key] = None
-                    elif kind == "immediateValue" and op.type == "const":
-                        inline += _immediate_bytes(val)
+        for op in function_ops(fn):
+            for _, val in _iter_values(op):
+                kind = val.WhichOneof("value")
+                if kind == "blobFileValue":
+                    key = (val.blobFileValue.fileName, int(val.blobFileValue.offset))
+                    blobs[key] = None
+                elif kind == "immediateValue" and op.type == "const":
+                    inline += _immediate_bytes(val)
         out[fname] = {"blobs": blobs, "inline_bytes": inline}
     readers: dict[str, BlobFile] = {}
     try:
@@ -360,8 +380,7 @@ def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
         findings.append(_finding("flexible_shapes", len(flex), f"{len(flex)} input(s) with flexible shapes: {flex}",
                                  fname, inputs=flex))
 
-    blocks = _function_blocks(fn)
-    ops = [op for b in blocks for op in _walk(b)]
+    ops = function_ops(fn)
     producers = {}
     for op in ops:
         for o in op.outputs:
@@ -505,8 +524,7 @@ def inspect_package(path) -> dict:
     order += [f for f in spec.mlProgram.functions if f not in order]
     for fname in order:
         fn = spec.mlProgram.functions[fname]
-        blocks = _function_blocks(fn)
-        ops = [op for b in blocks for op in _walk(b)]
+        ops = function_ops(fn)
         hist = _histogram(ops)
         if fp16_hint is not None:
             fp16_program = fp16_hint == "fp16"
@@ -583,23 +601,18 @@ def compute_plan(path, compute_units: str = "CPU_AND_NE") -> dict:
     for fname, fn in program.functions.items():
         rows, by_dev, cost_dev = [], Counter(), Counter()
 
-        def visit(block):
-            for op in block.operations:
-                usage = plan.get_compute_device_usage_for_mlprogram_operation(op)
-                cost = plan.get_estimated_cost_for_mlprogram_operation(op)
-                pref = device_name(usage.preferred_compute_device) if usage else None
-                row = {"op": op.operator_name, "outputs": [o.name for o in op.outputs],
-                       "preferred": pref,
-                       "supported": [device_name(d) for d in usage.supported_compute_devices] if usage else [],
-                       "cost": float(cost.weight) if cost else None}
-                rows.append(row)
-                if pref and op.operator_name != "const":
-                    by_dev[pref] += 1
-                    cost_dev[pref] += row["cost"] or 0.0
-                for nested in op.blocks:
-                    visit(nested)
-
-        visit(fn.block)
+        for op in _walk(fn.block):  # the compute plan's blocks nest like the spec's
+            usage = plan.get_compute_device_usage_for_mlprogram_operation(op)
+            cost = plan.get_estimated_cost_for_mlprogram_operation(op)
+            pref = device_name(usage.preferred_compute_device) if usage else None
+            row = {"op": op.operator_name, "outputs": [o.name for o in op.outputs],
+                   "preferred": pref,
+                   "supported": [device_name(d) for d in usage.supported_compute_devices] if usage else [],
+                   "cost": float(cost.weight) if cost else None}
+            rows.append(row)
+            if pref and op.operator_name != "const":
+                by_dev[pref] += 1
+                cost_dev[pref] += row["cost"] or 0.0
         n = sum(by_dev.values()) or 1
         out[fname] = {"compute_units": compute_units, "ops": rows, "by_device": dict(by_dev),
                       "cost_by_device": dict(cost_dev), "ane_op_fraction": by_dev.get("ANE", 0) / n}

@@ -18,17 +18,11 @@ from anetts.stage import FunctionSpec
 
 
 def report_functions(report: dict) -> list[dict]:
-    """A convert report's typed functions (FunctionSpec JSON list), checked.
-
-    Until every convert report carries that list, a bucketed stage's report names its functions
-    only (its one function's I/O is the report's inputs/outputs) and a scenario report has a
-    {name: spec} dict: both fallbacks go when the reports do (issue #22)."""
+    """A convert report's typed functions (FunctionSpec JSON list), checked."""
     functions = report.get("functions")
-    if isinstance(functions, dict):
-        functions = list(functions.values())
     if not functions or not all(isinstance(f, dict) for f in functions):
-        functions = [{"name": report.get("default_function", "main"), "inputs": report["inputs"],
-                      "outputs": report["outputs"], "states": []}]
+        raise ValueError(f"convert report of {report.get('stage')}/{report.get('bucket')} has no typed "
+                         "functions (written by an older anetts); rebuild it")
     return [FunctionSpec.from_json(f).to_json() for f in functions]
 
 

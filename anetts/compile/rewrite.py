@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from anetts.compile.inspect import program_ops
+
 LINEAR_VARIANTS = ("none", "auto", "conv1d", "conv2d")
 # `auto` (the default of every stage): conv1d wherever the program has linear ops, and no error for a
 # program without any; an explicit conv1d/conv2d that matches nothing is a configuration error.
@@ -306,19 +308,7 @@ def count_linear(mlmodel_or_package) -> int:
         spec = mlmodel_or_package.get_spec()
     else:
         spec = ct.utils.load_spec(str(mlmodel_or_package))
-    n = 0
-
-    def walk(block):
-        nonlocal n
-        for op in block.operations:
-            n += op.type == "linear"
-            for nested in op.blocks:
-                walk(nested)
-
-    for fn in spec.mlProgram.functions.values():
-        for block in fn.block_specializations.values():
-            walk(block)
-    return n
+    return sum(op.type == "linear" for _, op in program_ops(spec))
 
 
 def check_rewrite(variant: str, rewritten: int, where: str) -> None:

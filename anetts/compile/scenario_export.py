@@ -60,12 +60,46 @@ def _trace(module, fn, inputs: dict) -> tuple[torch.jit.ScriptModule, dict]:
     return traced, errors
 
 
+def synthetic_inputs(fn, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs to trace `fn` on when no scenario gives them: standard normal floats, zero ints
+    (positions 0)."""
+    rng = np.random.default_rng(seed)
+    return {t.name: np.zeros(t.shape, np.int32) if t.dtype == "int32" else rng.standard_normal(t.shape).astype(np.float32)
+            for t in fn.inputs}
+
+
+def compile_module(module, functions, out_dir: Path, options, model_meta: dict, stage: str,
+                   geometry: dict | None = None) -> tuple[Path, dict]:
+    """`module`'s functions traced (checked against eager, on `synthetic_inputs`), converted and
+    merged into `out_dir/<stage>.mlpackage`: rules export_scenario + convert in one call, for
+    tests and benchmarks. Returns (package, {function: convert report, with its trace seconds},
+    plus "bundle_seconds")."""
+    from anetts.compile.convert import convert_functions
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torchscripts, trace_s = {}, {}
+    for fn in functions:
+        t0 = time.perf_counter()
+        traced, _ = _trace(module, fn, synthetic_inputs(fn))
+        torchscripts[fn.name] = out_dir / f"{stage}.{fn.name}.pt"
+        torch.jit.save(traced, str(torchscripts[fn.name]))
+        trace_s[fn.name] = round(time.perf_counter() - t0, 3)
+    work = out_dir / f"{stage}.functions"
+    work.mkdir(exist_ok=True)
+    out = out_dir / f"{stage}.mlpackage"
+    bundle, reports = convert_functions(torchscripts, list(functions), out, work, options, model_meta, stage, geometry)
+    for name, r in reports.items():
+        r["seconds"]["trace"] = trace_s[name]
+    return out, {**reports, "bundle_seconds": bundle["seconds"]}
+
+
 def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: int, params: dict, weights_dir: Path,
                           reference: Path, out_functions: Path, out_scenario: Path, out_json: Path) -> dict:
     out_functions, out_scenario, out_json = Path(out_functions), Path(out_scenario), Path(out_json)
     clear_outputs(out_functions, out_scenario, out_json)
     t0 = time.perf_counter()
-    stage = family.scenario_stage(stage_name, params, weights_dir)
+    stage = family.stage(stage_name, params, weights_dir)
     functions = stage.functions(size)
     model = stage.load(weights_dir, size)
     module = stage.build(model).eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from anetts.artifacts import atomic_outputs, write_json
+from anetts.artifacts import atomic_outputs, failed_report_path, write_json
 from anetts.compile.manifest import write_manifest
 from anetts.provenance import provenance
 
@@ -58,11 +58,11 @@ def variant_rows(reports: list) -> list[dict]:
     rows = []
     for path in reports:
         path = Path(path)
-        parity_dir = path.parents[2] / "parity" / path.parent.name
-        failed = parity_dir / f"{path.stem}.failed.json"
+        parity = path.parents[2] / "parity" / path.parent.name / path.name
+        failed = failed_report_path(parity)
         if path.is_file():
             r = json.loads(path.read_text(encoding="utf-8"))
-            rows.append(_row(r, json.loads((parity_dir / f"{path.stem}.json").read_text(encoding="utf-8")), True))
+            rows.append(_row(r, json.loads(parity.read_text(encoding="utf-8")), True))
         elif failed.is_file():
             rows.append(_row(None, json.loads(failed.read_text(encoding="utf-8")), False))
     return rows

@@ -1,15 +1,15 @@
 """The compiled-chain gate (rule `chain_parity`): run the family's chain check, write its report
 only if it passed, else a `.failed.json` beside it and an error naming the failed checks
-(`write_verdict`, shared with the end-to-end gate)."""
+(`write_checks_verdict`, shared with the end-to-end gate)."""
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from anetts.artifacts import atomic_outputs, clear_outputs, write_json
+from anetts.artifacts import clear_outputs
 from anetts.families import get_family
 from anetts.options import Gate
-from anetts.verify.parity import ParityError
+from anetts.verify.parity import ParityError, write_verdict
 
 log = logging.getLogger(__name__)
 
@@ -25,19 +25,9 @@ def check_chain_report(family_name: str, packages: dict, assets_dir: Path, refer
                                 Gate.make(**gate), stage_params)
     if report["passed"] and not report.get("meets_target", True):
         log.warning("chain %s: passed below the %s dB target", out_json.stem, gate.get("target_snr_db"))
-    return write_verdict(report, out_json, f"compiled chain {out_json.stem}")
+    return write_checks_verdict(report, out_json, f"compiled chain {out_json.stem}")
 
 
-def write_verdict(report: dict, out_json: Path, what: str) -> dict:
-    """A passed report to `out_json`; a failed one to `<stem>.failed.json` beside it, and an error
-    naming its failed checks (nothing at `out_json`, so nothing downstream takes it for a pass)."""
-    out_json = Path(out_json)
-    failed = out_json.with_name(out_json.stem + ".failed.json")
-    clear_outputs(out_json, failed)  # a pass leaves no earlier failure beside it
-    if report["passed"]:
-        with atomic_outputs(out_json) as (tmp,):
-            write_json(tmp, report)
-        return report
-    write_json(failed, report)
-    bad = sorted(k for k, ok in report["checks"].items() if not ok)
-    raise ParityError(f"{what} failed {bad}; report: {failed}")
+def write_checks_verdict(report: dict, out_json: Path, what: str) -> dict:
+    """`write_verdict` for a report of named checks (`report["checks"]`): a failure names them."""
+    return write_verdict(report, out_json, lambda r: f"{what} failed {sorted(k for k, ok in r['checks'].items() if not ok)}")

@@ -16,7 +16,7 @@ from anetts.compile.manifest import build_manifest
 from anetts.families import get_family
 from anetts.runtime.manifest import MANIFEST_NAME
 from anetts.runtime.runners import default_executor
-from anetts.verify.chain import write_verdict
+from anetts.verify.chain import write_checks_verdict
 from anetts.verify.parity import ParityError
 
 # the executor that runs the compiled packages themselves: the default one for a model whose
@@ -46,4 +46,4 @@ def check_end_to_end_report(out_json: Path, model_dir: Path, manifest_inputs: di
     runtime = compiled_runtime(Path(model_dir), manifest)
     report = family.check_end_to_end(runtime, Path(manifest_inputs["weights_dir"]), dict(params), dict(gate))
     report = {"backend": runtime.backend.name, **report}
-    return write_verdict(report, out_json, "end-to-end check")
+    return write_checks_verdict(report, out_json, "end-to-end check")

@@ -9,7 +9,6 @@ so the cache's unwritten rows never matter.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -84,34 +83,3 @@ def prefill_decode(g: KVGeometry, prefill: int, steps: int, seed: int = 7) -> Sc
         calls.append(Call("decode", {"x": x[:, p:p + 1], "pos": np.array([p], np.int32)},
                           state_valid={n: (2, p + 1) for n in names}))
     return Scenario(f"prefill{prefill}_decode{steps}", functions(g, prefill), tuple(calls))
-
-
-def export_and_convert(module: nn.Module, fns: dict[str, FunctionSpec], out_dir: Path, options,
-                       model_meta: dict, stage: str = "attn", geometry: dict | None = None) -> tuple[Path, dict]:
-    """Trace `module` once per function (checked against eager), convert each with its states and
-    merge them into `out_dir/<stage>.mlpackage` (`prefill` the default).  Returns (package, convert
-    reports by function).  Each trace runs on a copy: tracing runs forward, which writes the caches."""
-    import copy
-    import warnings
-
-    from anetts.compile.bundle import bundle_packages
-    from anetts.compile.convert import convert_function
-
-    out_dir = Path(out_dir)
-    packages, reports = {}, {}
-    for name, fn in fns.items():
-        args = tuple(torch.zeros(t.shape, dtype=torch.int32) if t.dtype == "int32" else torch.randn(t.shape)
-                     for t in fn.inputs)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            eager = copy.deepcopy(module)(*args)
-            traced = torch.jit.trace(copy.deepcopy(module), args)
-            torch.testing.assert_close(traced(*args), eager)
-        ts = out_dir / f"{name}.pt"
-        traced.save(str(ts))
-        packages[name] = out_dir / f"{name}.mlpackage"
-        reports[name] = convert_function(ts, fn, packages[name], out_dir / f"{name}.json", options, model_meta,
-                                         stage=stage, geometry=geometry)
-    out = out_dir / f"{stage}.mlpackage"
-    bundle_packages(packages, out, default_function=next(iter(fns)))
-    return out, reports

@@ -14,10 +14,11 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from anetts.artifacts import atomic_outputs, write_json
+from anetts.artifacts import atomic_outputs, clear_outputs, failed_report_path, write_json
 from anetts.options import Gate  # noqa: F401 - re-exported
 from anetts.provenance import provenance
 from anetts.stage import BucketSpec, FunctionSpec
@@ -28,6 +29,30 @@ log = logging.getLogger(__name__)
 
 class ParityError(RuntimeError):
     pass
+
+
+def write_verdict(report: dict, out_json: Path, why_failed: Callable[[dict], str], arrays: dict | None = None,
+                  out_arrays: Path | None = None) -> dict:
+    """The one writer of a gate's verdict. Passed: the report (and `arrays` to `out_arrays`) written
+    atomically, an earlier failure beside it removed. Failed: the report to `failed_report_path`,
+    nothing at the outputs, and a ParityError: `why_failed(report)` and where the report is."""
+    outs = (Path(out_json),) + ((Path(out_arrays),) if out_arrays is not None else ())
+    clear_outputs(*outs, failed_report_path(out_json))
+    if not report["passed"]:
+        raise_failed(report, out_json, why_failed(report))
+    with atomic_outputs(*outs) as tmps:
+        write_json(tmps[0], report)
+        if out_arrays is not None:
+            with open(tmps[1], "wb") as f:
+                np.savez_compressed(f, **(arrays or {}))
+    return report
+
+
+def raise_failed(report: dict, out_json: Path, why: str):
+    """Write a failed gate's report beside `out_json` and raise a ParityError saying `why` and where."""
+    failed = failed_report_path(out_json)
+    write_json(failed, report)
+    raise ParityError(f"{why}; report: {failed}")
 
 
 def _valid(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
@@ -152,27 +177,22 @@ def run_parity(package: Path, example_inputs: Path, export_outputs: Path, export
     }
 
 
+def _failed_backends(report: dict) -> dict:
+    """{backend: its worst dB} of the gated backends that failed."""
+    return {n: b.get("min_snr_db") for n, b in report["backends"].items() if "passed" in b and not b["passed"]}
+
+
 def check_parity(report: dict, out_json: Path, out_arrays: Path | None = None) -> dict:
     """Write the report where downstream rules find it only if it passed; otherwise raise."""
     out_json = Path(out_json)
     arrays = report.pop("_arrays", {})
-    if report["passed"]:
-        outs = (out_json,) if out_arrays is None else (out_json, Path(out_arrays))
-        with atomic_outputs(*outs) as tmps:
-            write_json(tmps[0], report)
-            if out_arrays is not None:
-                with open(tmps[1], "wb") as f:
-                    np.savez_compressed(f, **arrays)
-        for name, b in report["backends"].items():
-            if b.get("passed") and not b.get("meets_target"):
-                log.warning("%s/%s %s: %.1f dB is below the %.0f dB target", report["stage"], report["bucket"], name,
-                            b["min_snr_db"], report["gate"]["target_snr_db"])
-        return report
-    failed = out_json.with_name(out_json.stem + ".failed.json")
-    write_json(failed, report)
-    worst = {n: b.get("min_snr_db") for n, b in report["backends"].items() if "passed" in b and not b["passed"]}
-    raise ParityError(f"{report['stage']}/{report['bucket']} failed its parity gate "
-                      f"(min {report['gate']['min_snr_db']} dB): {worst}; report: {failed}")
+    write_verdict(report, out_json, lambda r: f"{r['stage']}/{r['bucket']} failed its parity gate "
+                  f"(min {r['gate']['min_snr_db']} dB): {_failed_backends(r)}", arrays, out_arrays)
+    for name, b in report["backends"].items():
+        if b.get("passed") and not b.get("meets_target"):
+            log.warning("%s/%s %s: %.1f dB is below the %.0f dB target", report["stage"], report["bucket"], name,
+                        b["min_snr_db"], report["gate"]["target_snr_db"])
+    return report
 
 
 def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, export_reports: list, example_inputs: list,
@@ -203,11 +223,5 @@ def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, expor
     summary = {"stage": stage_name, "bundle": Path(bundle).name, "gate": asdict(gate),
                "passed": all(r["passed"] for r in functions.values()), "functions": functions,
                "provenance": provenance()}
-    if not summary["passed"]:
-        failed = Path(out_json).with_name(Path(out_json).stem + ".failed.json")
-        write_json(failed, summary)
-        bad = [b for b, r in functions.items() if not r["passed"]]
-        raise ParityError(f"bundle {stage_name}: functions {bad} failed the parity gate; report: {failed}")
-    with atomic_outputs(out_json) as (tmp,):
-        write_json(tmp, summary)
-    return summary
+    return write_verdict(summary, out_json, lambda r: f"bundle {stage_name}: functions "
+                         f"{[b for b, f in r['functions'].items() if not f['passed']]} failed the parity gate")

@@ -24,11 +24,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from anetts.artifacts import atomic_outputs, write_json
+from anetts.artifacts import atomic_outputs
 from anetts.provenance import provenance
 from anetts.stage import FunctionSpec
 from anetts.verify.metrics import compare
-from anetts.verify.parity import Gate, ParityError, _score, _valid
+from anetts.verify.parity import Gate, ParityError, _score, _valid, write_verdict
 
 log = logging.getLogger(__name__)
 
@@ -264,17 +264,12 @@ def per_call_db(report: dict, backend: str = "mil") -> list[float | None]:
 
 def check_scenario(report: dict, out_json: Path) -> dict:
     """Write the report if every call of every backend passed; else write `.failed.json` and raise."""
-    out_json = Path(out_json)
-    if report["passed"]:
-        with atomic_outputs(out_json) as (tmp,):
-            write_json(tmp, report)
-        return report
-    failed = out_json.with_name(out_json.stem + ".failed.json")
-    write_json(failed, report)
-    bad = {name: [(r["call"], r["function"], r["min_snr_db"]) for r in b["calls"] if not r["passed"]]
-           for name, b in report["backends"].items() if "passed" in b and not b["passed"]}
-    raise ParityError(f"scenario {report['scenario']} failed its parity gate (min {report['gate']['min_snr_db']} dB) "
-                      f"at (call, function, dB) {bad}; report: {failed}")
+    def why(r: dict) -> str:
+        bad = {name: [(c["call"], c["function"], c["min_snr_db"]) for c in b["calls"] if not c["passed"]]
+               for name, b in r["backends"].items() if "passed" in b and not b["passed"]}
+        return f"scenario {r['scenario']} failed its parity gate (min {r['gate']['min_snr_db']} dB) at (call, function, dB) {bad}"
+
+    return write_verdict(report, out_json, why)
 
 
 __all__ = ["Call", "Scenario", "check_scenario", "load_scenario", "per_call_db", "record_eager", "run_scenario",

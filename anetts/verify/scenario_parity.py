@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from anetts.artifacts import atomic_outputs, write_json
 from anetts.options import Gate
 from anetts.provenance import provenance
 from anetts.verify.metrics import top1_agreement
-from anetts.verify.parity import ParityError
+from anetts.verify.parity import write_verdict
 from anetts.verify.scenario import load_scenario, run_scenario
 
 log = logging.getLogger(__name__)
@@ -86,25 +85,21 @@ def run_scenario_parity(package: Path, scenario_npz: Path, export_report: Path, 
 
 def check_scenario_parity(report: dict, out_json: Path, out_arrays: Path) -> dict:
     """Write the report and arrays only if every backend passed; else a `.failed.json` and raise."""
-    out_json = Path(out_json)
     arrays = report.pop("_arrays", {})
-    if report["passed"]:
-        with atomic_outputs(out_json, Path(out_arrays)) as (tmp_json, tmp_arrays):
-            write_json(tmp_json, report)
-            with open(tmp_arrays, "wb") as f:
-                np.savez_compressed(f, **arrays)
-        for name, b in report["backends"].items():
-            if b.get("passed") and not b.get("meets_target", True):
-                log.warning("%s/%s %s: %.1f dB is below the %.0f dB target", report["stage"], report["bucket"], name,
-                            b["min_snr_db"], report["gate"]["target_snr_db"])
-        return report
-    failed = out_json.with_name(out_json.stem + ".failed.json")
-    write_json(failed, report)
+    write_verdict(report, out_json, _why_failed, arrays, out_arrays)
+    for name, b in report["backends"].items():
+        if b.get("passed") and not b.get("meets_target", True):
+            log.warning("%s/%s %s: %.1f dB is below the %.0f dB target", report["stage"], report["bucket"], name,
+                        b["min_snr_db"], report["gate"]["target_snr_db"])
+    return report
+
+
+def _why_failed(report: dict) -> str:
     bad = {}
     for name, b in report["backends"].items():
         if "passed" in b and not b["passed"]:
             calls = [(c["call"], c["function"], c["pos"], c["min_snr_db"]) for c in b["calls"] if not c["passed"]]
             bad[name] = {"failed calls (call, function, pos, dB)": calls[:8], "failed": len(calls),
                          "top1": {k: v["agreement"] for k, v in b.get("top1", {}).items()}}
-    raise ParityError(f"{report['stage']}/{report['bucket']} failed its scenario gate (min {report['gate']['min_snr_db']} dB, "
-                      f"top-1 >= {report['gate']['min_top1']}): {bad}; report: {failed}")
+    return (f"{report['stage']}/{report['bucket']} failed its scenario gate (min {report['gate']['min_snr_db']} dB, "
+            f"top-1 >= {report['gate']['min_top1']}): {bad}")

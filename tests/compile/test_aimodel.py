@@ -67,7 +67,7 @@ class TinyStage(Stage):
 
 def tiny_family(model) -> Family:
     return Family(name="tiny", stages={"tiny": TinyStage()}, load_model=lambda *_: model, weights_files=(),
-                  voice_file=str, default_voices=(), synthetic_voices=(), synthesize=None, validate_weights=None)
+                  synthesize=None, validate_weights=None)
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import torch
 import torch.nn as nn
 
 from anetts.compile.convert import ConversionError, ConvertOptions, convert_function
+from anetts.compile.scenario_export import compile_module
 from anetts.compile.inspect import function_io, load_spec
 from anetts.stage import FunctionSpec, StateSpec, TensorSpec
-from anetts.verify import kv_example
 from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode, states
 from anetts.verify.parity import Gate, ParityError
 from anetts.verify.scenario import (Call, Scenario, check_scenario, load_scenario, per_call_db, record_eager,
@@ -37,9 +37,9 @@ def make_scenario() -> Scenario:
 
 def export_and_convert(module: nn.Module, out_dir, options: ConvertOptions = OPTIONS):
     """export (trace, checked against eager) -> convert with states -> one prefill/decode package."""
-    out, reports = kv_example.export_and_convert(module, FUNCTIONS, out_dir, options, META,
-                                                 geometry={"context": G.context})
-    for report in reports.values():
+    out, reports = compile_module(module, FUNCTIONS.values(), out_dir, options, META, "attn",
+                                  geometry={"context": G.context})
+    for report in (reports[name] for name in FUNCTIONS):
         assert report["states"] == [{"name": s.name, "shape": list(s.shape), "dtype": "float16"} for s in STATES]
     return out
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from anetts.models.fish.stages.chain import HostEmbedding, compare_decode, export_stage, mil_decode, play_mil
+from anetts.compile.scenario_export import compile_module as export_stage
+from anetts.models.fish.stages.chain import HostEmbedding, compare_decode, mil_decode, play_mil
 from anetts.models.fish.stages.fast_ar import FastARStage
 from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
@@ -50,11 +51,9 @@ def perturbed(module: torch.nn.Module) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def setup(fish_tiny, fish_reference):
     model, cfg, prompt, ref = fish_reference
-    chunks = [SlowChunkStage(cfg, a, b, PREFILL) for a, b in chunk_bounds(cfg.slow.n_layer, 2)]
-    modules = {st.name: st.build_function(st.load_model(fish_tiny, CONTEXT), "decode") for st in chunks}
+    chunks = [SlowChunkStage(cfg, k, 2, PREFILL) for k in range(2)]
     head, fast = LMHeadStage(cfg), FastARStage(cfg)
-    modules["lm_head"] = head.build_function(head.load_model(fish_tiny))
-    modules["fast_ar"] = fast.build_function(fast.load_model(fish_tiny))
+    modules = {st.name: st.build(st.load(fish_tiny, CONTEXT)) for st in [*chunks, head, fast]}
     return model, cfg, prompt, ref, chunks, head, fast, modules
 
 
@@ -75,7 +74,7 @@ def test_slow_chunks_eager_equal_reference_at_every_position(setup):
     T = prompt.shape[1]
     for st in chunks:
         hin, hout = slow_io(ref, model, st.start, st.stop, cfg.slow.n_layer)
-        sc = st.scenario(hin, T, CONTEXT)
+        sc = st.teacher_forced(hin, T, CONTEXT)
         rec = record_eager(modules[st.name], sc)
         got = np.concatenate([r["hidden_out"][0, :c.valid.get("hidden_out", (1, 1))[1]] for r, c in zip(rec, sc.calls)])
         assert got.shape == hout.shape == (T + len(ref["decode_layer_hidden"]), cfg.slow.dim)
@@ -85,7 +84,7 @@ def test_slow_chunks_eager_equal_reference_at_every_position(setup):
 
 def test_lm_head_restricted_rows_are_the_sampled_head(setup):
     _, cfg, _, ref, _, head, _, modules = setup
-    sc = head.scenario(ref["slow_hidden"])
+    sc = head.teacher_forced(ref["slow_hidden"])
     got = np.stack([r["logits"].reshape(-1) for r in record_eager(modules["lm_head"], sc)])
     ids = restricted_ids(cfg)
     assert len(ids) == cfg.n_semantic + 1 and ids[-1] == cfg.im_end_id
@@ -109,7 +108,7 @@ def test_lm_head_restricted_rows_are_the_sampled_head(setup):
 
 def test_fast_ar_eager_equals_reference_every_frame_without_a_reset(setup):
     _, cfg, _, ref, _, _, fast, modules = setup
-    sc = fast.scenario(ref["slow_hidden"], ref["codes"])
+    sc = fast.teacher_forced(ref["slow_hidden"], ref["codes"])
     got = np.stack([r["logits"].reshape(-1) for r in record_eager(modules["fast_ar"], sc)])
     got = got.reshape(ref["fast_logits"].shape)
     assert np.abs(got - ref["fast_logits"]).max() < 1e-5 * np.abs(ref["fast_logits"]).max() * 10
@@ -128,13 +127,13 @@ def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
     T = prompt.shape[1]
     last = chunks[-1]
     hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
-    sc = last.scenario(hin[:T + SCENARIO_DECODE], T, CONTEXT)  # the full 15 steps: benchmarks/fish_stages.py
+    sc = last.teacher_forced(hin[:T + SCENARIO_DECODE], T, CONTEXT)  # the full 15 steps: benchmarks/fish_stages.py
     report = run_scenario(packages[last.name], sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE)
     dbs = per_call_db(report)
     print(f"{last.name}: {len(dbs)} calls, dB per call {[round(d, 1) for d in dbs]}")
     assert report["passed"] and len(dbs) == -(-T // PREFILL) + SCENARIO_DECODE and min(dbs) >= 35.0
 
-    sc = head.scenario(ref["slow_hidden"])
+    sc = head.teacher_forced(ref["slow_hidden"])
     rec = record_eager(modules["lm_head"], sc)
     report = run_scenario(packages["lm_head"], sc, rec, GATE)
     got = np.stack([o["logits"].reshape(-1) for o in play_mil(packages["lm_head"], sc)])
@@ -142,7 +141,7 @@ def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
     print(f"lm_head: dB per call {[round(d, 1) for d in per_call_db(report)]}, top-1 {top1}")
     assert report["passed"] and top1 == 1.0
 
-    sc = fast.scenario(ref["slow_hidden"][:SCENARIO_FRAMES], ref["codes"][:SCENARIO_FRAMES])
+    sc = fast.teacher_forced(ref["slow_hidden"][:SCENARIO_FRAMES], ref["codes"][:SCENARIO_FRAMES])
     rec = record_eager(copy.deepcopy(modules["fast_ar"]), sc)
     report = run_scenario(packages["fast_ar"], sc, rec, GATE)
     dbs = per_call_db(report)
@@ -156,7 +155,7 @@ def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp
     model, cfg, prompt, ref, chunks, head, fast, modules = setup
     last = chunks[-1]
     hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
-    sc = last.scenario(hin[:4], 0, CONTEXT)  # decode-only, positions 0..3
+    sc = last.teacher_forced(hin[:4], 0, CONTEXT)  # decode-only, positions 0..3
     decode = [f for f in last.functions(CONTEXT) if f.name == "decode"]
     pkg = export_stage(perturbed(modules[last.name]), decode, tmp_path, OPTIONS, META, last.name)[0]
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE))
@@ -165,20 +164,20 @@ def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp
 
     # a half-split RoPE twin (NeoX rotate_half on the unpermuted weights) passes at position 0,
     # where RoPE is the identity (all an earlier port ever checked), and fails at every later one
-    half = SlowChunkStage(cfg, last.start, last.stop, PREFILL, rope="half_split")
-    pkg = export_stage(half.build_function(half.load_model(fish_tiny, CONTEXT), "decode"), decode,
+    half = SlowChunkStage(cfg, 1, 2, PREFILL, rope="half_split")
+    pkg = export_stage(half.build(half.load(fish_tiny, CONTEXT)), decode,
                        tmp_path / "half", OPTIONS, META, last.name)[0]
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE))
     print(f"half-split RoPE {last.name}, decode at positions 0..3: {[round(d, 1) for d in dbs]}")
     assert dbs[0] >= 35.0 and all(d < 35.0 for d in dbs[1:])
 
-    sc = head.scenario(ref["slow_hidden"][:2])
+    sc = head.teacher_forced(ref["slow_hidden"][:2])
     pkg = export_stage(perturbed(modules["lm_head"]), head.functions(), tmp_path, OPTIONS, META, "lm_head")[0]
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(modules["lm_head"], sc), GATE))
     print(f"perturbed lm_head: {[round(d, 1) for d in dbs]}")
     assert all(d < 35.0 for d in dbs)
 
-    sc = fast.scenario(ref["slow_hidden"][:1], ref["codes"][:1])
+    sc = fast.teacher_forced(ref["slow_hidden"][:1], ref["codes"][:1])
     pkg = export_stage(perturbed(modules["fast_ar"]), fast.functions(), tmp_path, OPTIONS, META, "fast_ar")[0]
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules["fast_ar"]), sc), GATE))
     print(f"perturbed fast_ar: {[round(d, 1) for d in dbs]}")
@@ -200,13 +199,13 @@ def test_compiled_chain_reproduces_the_reference_codes(fish_tiny, setup, package
 
 def test_stage_arguments_are_checked(setup):
     _, cfg, *_ = setup
-    with pytest.raises(ValueError, match=r"layer range \[3, 9\) is outside 0..4"):
-        SlowChunkStage(cfg, 3, 9)
+    with pytest.raises(ValueError, match=r"slow_chunk3: only 2 chunks are configured"):
+        SlowChunkStage(cfg, 3, 2)
     st = SlowChunkStage(cfg, 0, 2, PREFILL)
     with pytest.raises(ValueError, match="context 8 is shorter than the prefill block 16"):
         st.functions(8)
     with pytest.raises(ValueError, match="do not fit a context of 32"):
-        st.scenario(np.zeros((40, cfg.slow.dim)), 16, 32)
+        st.teacher_forced(np.zeros((40, cfg.slow.dim)), 16, 32)
     assert chunk_bounds(36, 4) == [(0, 9), (9, 18), (18, 27), (27, 36)] and chunk_bounds(5, 2) == [(0, 3), (3, 5)]
     assert [s.name for s in st.states(CONTEXT)] == ["k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1"]
     assert st.states(CONTEXT)[0].shape == (1, cfg.slow.n_local_heads, CONTEXT, cfg.slow.head_dim)
@@ -228,10 +227,10 @@ def test_layer_norm_rms_lowering_is_the_same_norm(fish_tiny, setup):
     torch.testing.assert_close(rms_norm(x, w, 1e-6, "layer_norm"), rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="unknown RMSNorm lowering 'fused'"):
         rms_norm(x, w, 1e-6, "fused")
-    st = SlowChunkStage(cfg, chunks[-1].start, chunks[-1].stop, PREFILL, lowering="layer_norm")
+    st = SlowChunkStage(cfg, len(chunks) - 1, len(chunks), PREFILL, lowering="layer_norm")
     hin, hout = slow_io(ref, model, st.start, st.stop, cfg.slow.n_layer)
-    sc = st.scenario(hin[:prompt.shape[1] + 2], prompt.shape[1], CONTEXT)
-    rec = record_eager(st.build_function(st.load_model(fish_tiny, CONTEXT), "decode"), sc)
+    sc = st.teacher_forced(hin[:prompt.shape[1] + 2], prompt.shape[1], CONTEXT)
+    rec = record_eager(st.build(st.load(fish_tiny, CONTEXT)), sc)
     np.testing.assert_allclose(rec[-1]["hidden_out"][0, 0], hout[prompt.shape[1] + 1], atol=1e-4)
 
 

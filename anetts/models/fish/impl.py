@@ -1,4 +1,4 @@
-"""Fish S2 Pro's implementation: the AR stages as scenario stages, weights, the shared reference run.
+"""Fish S2 Pro's implementation: its stages, weights, the shared reference run.
 
 Every stage is verified against one upstream run (`reference.reference_decode` on the S2 prompt):
 its teacher-forced calls take upstream's tensors as inputs, and upstream's tensors at the stage's
@@ -10,146 +10,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from anetts.models.fish import codec as _codec
 from anetts.models.fish import weights as _weights
 from anetts.models.fish.assets import write_runtime_assets
 from anetts.models.fish.config import CONFIG_NAME
 from anetts.models.fish.family import DECLARATION
 from anetts.models.fish.stages.codec import CodecStage
-from anetts.stage import Family, ScenarioStage
+from anetts.stage import Family, Stage
 
 
-class SlowChunk(ScenarioStage):
-    """Instance `slow_chunk{index}` of `chunks`: the layers `chunk_bounds` gives it."""
+def make_stage(name: str, params: dict, weights_dir: Path) -> Stage:
+    from anetts.models.fish.stages.fast_ar import FastARStage
+    from anetts.models.fish.stages.lm_head import LMHeadStage
+    from anetts.models.fish.stages.slow_chunk import SlowChunkStage
 
-    def __init__(self, cfg, index: int, chunks: int, prefill: int, rms_lowering: str):
-        from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
-
-        bounds = chunk_bounds(cfg.slow.n_layer, chunks)
-        if not 0 <= index < len(bounds):
-            raise ValueError(f"slow_chunk{index}: only {chunks} chunks are configured")
-        self.start, self.stop = bounds[index]
-        self.inner = SlowChunkStage(cfg, self.start, self.stop, prefill, lowering=rms_lowering)
-        self.name = f"slow_chunk{index}"
-        self.description = f"slow-AR layers [{self.start}, {self.stop})" + (" + final norm" if self.inner.final else "")
-
-    def functions(self, size):
-        return self.inner.functions(size)
-
-    def load(self, weights_dir, size):
-        return self.inner.load_model(weights_dir, size)
-
-    def build(self, model):
-        return self.inner.build_function(model, "decode")
-
-    def geometry(self, size):
-        return {"layer_start": self.start, "layer_stop": self.stop, "context": size, "prefill": self.inner.prefill,
-                "final_norm": int(self.inner.final)}
-
-    def scenario(self, model, size, reference):
-        a, b = self.start, self.stop
-        T = reference["prompt"].shape[1]
-        before = np.concatenate([reference["prefill_layer_hidden"][a], reference["decode_layer_hidden"][:, a]])
-        if self.inner.final:
-            after = np.concatenate([reference["prefill_slow_hidden"], reference["slow_hidden"][1:]])
-        else:
-            after = np.concatenate([reference["prefill_layer_hidden"][b], reference["decode_layer_hidden"][:, b]])
-        sc = self.inner.scenario(before, T, size)
-        expected = []
-        for c in sc.calls:
-            p = int(c.inputs["pos"][0])
-            n = c.inputs["hidden"].shape[1]
-            want = np.zeros((1, n, after.shape[1]), np.float32)
-            k = min(n, len(after) - p) if c.function == "prefill" else 1
-            want[0, :k] = after[p:p + k]
-            expected.append({"hidden_out": want})
-        return sc, expected
-
-
-class LMHead(ScenarioStage):
-    name = "lm_head"
-    description = "restricted LM head"
-
-    def __init__(self, cfg):
-        from anetts.models.fish.stages.lm_head import LMHeadStage
-
-        self.inner = LMHeadStage(cfg)
-
-    def functions(self, size):
-        return self.inner.functions(1)
-
-    def load(self, weights_dir, size):
-        return self.inner.load_model(weights_dir)
-
-    def build(self, model):
-        return self.inner.build_function(model)
-
-    def geometry(self, size):
-        return {"rows": self.inner.rows, **{k: v for k, v in self.inner.bytes_per_token().items() if k.endswith("bytes")}}
-
-    def scenario(self, model, size, reference):
-        from anetts.models.fish.stages.lm_head import restricted_ids
-
-        sc = self.inner.scenario(reference["slow_hidden"])
-        logits = reference["slow_logits"][:, restricted_ids(self.inner.cfg)]
-        return sc, [{"logits": row.reshape(1, 1, -1).astype(np.float32)} for row in logits]
-
-    def logits_outputs(self):
-        return ("logits",)
-
-
-class FastAR(ScenarioStage):
-    name = "fast_ar"
-    description = "fast AR"
-
-    def __init__(self, cfg, rms_lowering: str):
-        from anetts.models.fish.stages.fast_ar import FastARStage
-
-        self.inner = FastARStage(cfg, lowering=rms_lowering)
-
-    def functions(self, size):
-        return self.inner.functions()
-
-    def load(self, weights_dir, size):
-        return self.inner.load_model(weights_dir)
-
-    def build(self, model):
-        return self.inner.build_function(model)
-
-    def geometry(self, size):
-        return {"codebooks": self.inner.cfg.num_codebooks, "codebook_size": self.inner.cfg.codebook_size}
-
-    def scenario(self, model, size, reference):
-        sc = self.inner.scenario(reference["slow_hidden"], reference["codes"])
-        n = self.inner.cfg.num_codebooks
-        fl = reference["fast_logits"]
-        return sc, [{"logits": fl[i // n, i % n].reshape(1, -1).astype(np.float32)} for i in range(len(sc.calls))]
-
-    def logits_outputs(self):
-        return ("logits",)
-
-
-def make_stage(name: str, params: dict, weights_dir: Path) -> ScenarioStage:
     cfg = _weights.read_config(weights_dir)
     lowering = params.get("rms_lowering", "decomposed")
     if name.startswith("slow_chunk"):
         for key in ("chunks", "index", "prefill"):
             if key not in params:
                 raise ValueError(f"{name}: stage parameter `{key}` is missing (config families.fish.stages.slow_chunk)")
-        return SlowChunk(cfg, int(params["index"]), int(params["chunks"]), int(params["prefill"]), lowering)
+        return SlowChunkStage(cfg, int(params["index"]), int(params["chunks"]), int(params["prefill"]), lowering)
     if name == "lm_head":
-        return LMHead(cfg)
+        return LMHeadStage(cfg)
     if name == "fast_ar":
-        return FastAR(cfg, lowering)
+        return FastARStage(cfg, lowering)
     raise KeyError(f"family fish has no stage {name!r}; stages: slow_chunk<k>, lm_head, fast_ar")
 
 
 def _load_model(weights_dir: Path, stage: str | None = None):
     """The upstream reference model (fish-speech 0.1.0 + the S2 adaptation) for the shared reference
     run, or upstream's codec for the `codec` stage; the AR stages load only their own tensors
-    (`ScenarioStage.load`)."""
+    (`Stage.load`)."""
     from anetts.models.fish.reference import load_reference_model
 
     if stage == "codec":
@@ -204,9 +96,6 @@ FAMILY = Family(
     stages={"codec": CodecStage()},
     load_model=_load_model,
     weights_files=(CONFIG_NAME, _weights.INDEX_NAME, _codec.CODEC_NAME),
-    voice_file=lambda name: name,
-    default_voices=(),
-    synthetic_voices=(),
     synthesize=_synthesize,
     validate_weights=_validate,
     make_reference=_make_reference,

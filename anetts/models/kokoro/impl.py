@@ -11,7 +11,7 @@ from anetts.models.kokoro.stages.decoder_pre import DecoderPreStage
 from anetts.models.kokoro.stages.duration import DurationStage
 from anetts.models.kokoro.stages.f0ntrain import F0NtrainStage
 from anetts.models.kokoro.stages.generator import GeneratorStage
-from anetts.stage import Family
+from anetts.stage import Family, VoicePacks
 
 
 def _load_model(weights_dir: Path, stage: str | None = None):
@@ -46,9 +46,8 @@ FAMILY = Family(
     stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
     load_model=_load_model,
     weights_files=(_weights.CONFIG_NAME, _weights.CHECKPOINT_NAME),
-    voice_file=lambda name: f"{_weights.VOICES_DIR}/{name}.pt",
-    default_voices=("af_heart",),
-    synthetic_voices=_synthetic.SYNTHETIC_VOICES,
+    voices=VoicePacks(file=lambda name: f"{_weights.VOICES_DIR}/{name}.pt", defaults=("af_heart",),
+                      synthetic=_synthetic.SYNTHETIC_VOICES),
     synthesize=_synthetic.make_synthetic,
     validate_weights=_weights.validate_weights_dir,
     make_reference=_make_reference,

@@ -1,16 +1,12 @@
-"""Compile the Fish AR stages and compose them on the MIL executor into a greedy decode.
-
-`export_stage` traces a stage's module once per function, converts each (`convert_function`,
-with its states) and bundles them into one package. `mil_decode` runs the compiled slow
+"""Compose the compiled Fish AR stages on the MIL executor into a greedy decode (packages made
+by the build, or by `anetts.compile.scenario_export.compile_module`). `mil_decode` runs the compiled slow
 chunks -> lm_head -> fast_ar closed loop, the host doing what upstream's decode step does
 around the networks: the 11-row input embedding, the greedy picks and codebook 0 from the
 semantic token. `compare_decode` scores it against the upstream reference decode.
 """
 from __future__ import annotations
 
-import copy
 import time
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -22,41 +18,6 @@ from anetts.models.fish.loader import load_tensors
 from anetts.models.fish.weights import FAST_PREFIX, SLOW_PREFIX
 from anetts.verify.metrics import compare, top1_agreement
 from anetts.verify.scenario import Scenario
-
-
-def export_stage(module: torch.nn.Module, functions, out_dir: Path, options, model_meta: dict, stage: str,
-                 geometry: dict | None = None) -> tuple[Path, dict]:
-    """Trace (checked against eager), convert and bundle `functions` of `module` into
-    `out_dir/<stage>.mlpackage`; returns (package, {function: convert report} + bundle seconds)."""
-    from anetts.compile.bundle import bundle_packages
-    from anetts.compile.convert import convert_function
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fns = {f.name: f for f in functions}
-    packages, reports = {}, {}
-    for name, fn in fns.items():
-        g = torch.Generator().manual_seed(0)
-        args = tuple(torch.zeros(t.shape, dtype=torch.int32) if t.dtype == "int32" else torch.randn(t.shape, generator=g)
-                     for t in fn.inputs)
-        t0 = time.perf_counter()
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            eager = copy.deepcopy(module)(*args)  # tracing runs forward, which writes the caches: use copies
-            traced = torch.jit.trace(copy.deepcopy(module), args)
-            torch.testing.assert_close(traced(*args), eager)
-        ts = out_dir / f"{stage}.{name}.pt"
-        traced.save(str(ts))
-        trace_s = time.perf_counter() - t0
-        packages[name] = out_dir / f"{stage}.{name}.mlpackage"
-        reports[name] = convert_function(ts, fn, packages[name], out_dir / f"{stage}.{name}.json", options, model_meta,
-                                         stage=stage, geometry=geometry)
-        reports[name]["seconds"]["trace"] = round(trace_s, 3)
-    out = out_dir / f"{stage}.mlpackage"
-    t0 = time.perf_counter()
-    bundle_packages(packages, out, default_function=next(iter(fns)))
-    reports["bundle_seconds"] = round(time.perf_counter() - t0, 3)
-    return out, reports
 
 
 def package_bytes(package: Path) -> int:

@@ -38,7 +38,6 @@ def example_valid(frames: int) -> int:
 class CodecStage(Stage):
     name = "codec"
     description = "modded DAC decoder: 10 codes per frame -> 2048 samples at 44.1 kHz"
-    uses_reference = False
 
     @property
     def decl(self):

@@ -20,7 +20,7 @@ from anetts.models.fish.config import FishConfig
 from anetts.models.fish.loader import load_tensors
 from anetts.models.fish.stages.layers import Block, CachedStack, rms_norm
 from anetts.models.fish.weights import FAST_PREFIX, layer_tensors, read_config
-from anetts.stage import FunctionSpec, StateSpec, TensorSpec
+from anetts.stage import FunctionSpec, Stage, StateSpec, TensorSpec
 from anetts.verify.scenario import Call, Scenario
 
 
@@ -54,8 +54,9 @@ class FastARModule(CachedStack):
         return F.linear(rms_norm(x, self.norm_weight, self.eps, self.lowering), self.output).reshape(1, -1)
 
 
-class FastARStage:
+class FastARStage(Stage):
     name = "fast_ar"
+    description = "fast AR"
 
     def __init__(self, cfg: FishConfig, lowering: str = "decomposed"):
         self.cfg, self.lowering = cfg, lowering
@@ -75,17 +76,28 @@ class FastARStage:
             (TensorSpec("logits", (1, self.cfg.codebook_size), "float32", "logits over the codebook"),),
             self.states())]
 
-    def load_model(self, weights_dir: Path, size: int | None = None) -> FastModel:
+    def geometry(self, size: int) -> dict[str, int]:
+        return {"codebooks": self.cfg.num_codebooks, "codebook_size": self.cfg.codebook_size}
+
+    def load(self, weights_dir: Path, size: int | None = None) -> FastModel:
         cfg = read_config(weights_dir)
         t = load_tensors(weights_dir, fast_tensor_names(cfg), dtype=torch.float32)
         return FastModel(cfg, {k[len(FAST_PREFIX):]: v for k, v in t.items()})
 
-    def build_function(self, model: FastModel, name: str = "decode") -> nn.Module:
-        if name != "decode":
-            raise KeyError(f"fast_ar: no function {name!r}; functions: ['decode']")
+    def build(self, model: FastModel) -> nn.Module:
         return FastARModule(model, self.lowering).eval()
 
-    def scenario(self, slow_hidden: np.ndarray, codes: np.ndarray) -> Scenario:
+    def scenario(self, model: FastModel, size: int, reference: dict):
+        """Every frame of the reference run teacher-forced: upstream's logits per codebook expected."""
+        sc = self.teacher_forced(reference["slow_hidden"], reference["codes"])
+        n = self.cfg.num_codebooks
+        fl = reference["fast_logits"]
+        return sc, [{"logits": fl[i // n, i % n].reshape(1, -1).astype(np.float32)} for i in range(len(sc.calls))]
+
+    def logits_outputs(self) -> tuple[str, ...]:
+        return ("logits",)
+
+    def teacher_forced(self, slow_hidden: np.ndarray, codes: np.ndarray) -> Scenario:
         """Teacher-forced frames: frame f's calls take slow_hidden[f] then codes[f, 0..n-2]; one state
         carried through every frame."""
         n = self.cfg.num_codebooks

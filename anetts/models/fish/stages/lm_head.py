@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.weights import SLOW_PREFIX, WeightsError, read_config, read_index
-from anetts.stage import FunctionSpec, TensorSpec
+from anetts.stage import FunctionSpec, Stage, TensorSpec
 from anetts.verify.scenario import Call, Scenario
 
 FP16_BYTES = 2
@@ -60,32 +60,45 @@ class LMHeadModule(nn.Module):
         return F.linear(hidden, self.weight)
 
 
-class LMHeadStage:
+class LMHeadStage(Stage):
     name = "lm_head"
+    description = "restricted LM head"
 
     def __init__(self, cfg: FishConfig):
         self.cfg = cfg
         self.rows = len(restricted_ids(cfg))
 
-    def functions(self, size: int = 1) -> list[FunctionSpec]:
+    def functions(self, size: int | None = None) -> list[FunctionSpec]:
+        """One token per call whatever the bucket (the context bucket names the reference run)."""
         d = self.cfg.slow.dim
-        return [FunctionSpec("logits", (TensorSpec("hidden", (1, size, d), "float32", "final-normed slow state"),),
-                             (TensorSpec("logits", (1, size, self.rows), "float32",
+        return [FunctionSpec("logits", (TensorSpec("hidden", (1, 1, d), "float32", "final-normed slow state"),),
+                             (TensorSpec("logits", (1, 1, self.rows), "float32",
                                          "logits of the semantic ids in order, then <|im_end|>"),))]
 
-    def load_model(self, weights_dir: Path, size: int = 1) -> HeadModel:
+    def geometry(self, size: int) -> dict[str, int]:
+        return {"rows": self.rows, **{k: v for k, v in self.bytes_per_token().items() if k.endswith("bytes")}}
+
+    def load(self, weights_dir: Path, size: int = 1) -> HeadModel:
         cfg = read_config(weights_dir)
         ranges = [(cfg.semantic_begin_id, cfg.semantic_end_id + 1), (cfg.im_end_id, cfg.im_end_id + 1)]
         return HeadModel(cfg, load_rows(weights_dir, head_tensor_name(cfg), ranges))
 
-    def build_function(self, model: HeadModel, name: str = "logits") -> nn.Module:
-        if name != "logits":
-            raise KeyError(f"lm_head: no function {name!r}; functions: ['logits']")
+    def build(self, model: HeadModel) -> nn.Module:
         return LMHeadModule(model).eval()
 
-    def scenario(self, hidden: np.ndarray) -> Scenario:
+    def scenario(self, model: HeadModel, size: int, reference: dict):
+        """One call per frame of the reference run: its final-normed slow state in, upstream's
+        logits of the restricted rows expected."""
+        sc = self.teacher_forced(reference["slow_hidden"])
+        logits = reference["slow_logits"][:, restricted_ids(self.cfg)]
+        return sc, [{"logits": row.reshape(1, 1, -1).astype(np.float32)} for row in logits]
+
+    def logits_outputs(self) -> tuple[str, ...]:
+        return ("logits",)
+
+    def teacher_forced(self, hidden: np.ndarray) -> Scenario:
         """One call per row of `hidden` (N, dim): each a frame's final-normed slow state."""
-        fns = {f.name: f for f in self.functions(1)}
+        fns = {f.name: f for f in self.functions()}
         calls = tuple(Call("logits", {"hidden": np.asarray(h, np.float32).reshape(1, 1, -1)}) for h in hidden)
         return Scenario(f"lm_head_{len(calls)}", fns, calls)
 

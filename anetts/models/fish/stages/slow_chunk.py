@@ -20,7 +20,7 @@ from anetts.models.fish.config import FishConfig
 from anetts.models.fish.loader import load_slow_layers
 from anetts.models.fish.stages.layers import Block, CachedStack, rms_norm
 from anetts.models.fish.weights import read_config
-from anetts.stage import FunctionSpec, StateSpec, TensorSpec
+from anetts.stage import FunctionSpec, Stage, StateSpec, TensorSpec
 from anetts.verify.scenario import Call, Scenario
 
 
@@ -48,19 +48,22 @@ class SlowChunkModule(CachedStack):
         return rms_norm(x, self.norm_weight, self.eps, self.lowering) if self.final else x
 
 
-class SlowChunkStage:
-    """Layers [start, stop) of the slow AR; `size` is the context (KV rows) of the package."""
+class SlowChunkStage(Stage):
+    """Chunk `index` of `chunks` of the slow AR (stage `slow_chunk<index>`): the layers
+    `chunk_bounds` gives it; `size` is the context (KV rows) of the package."""
 
-    def __init__(self, cfg: FishConfig, start: int, stop: int, prefill: int = 16, lowering: str = "decomposed",
+    def __init__(self, cfg: FishConfig, index: int, chunks: int, prefill: int = 16, lowering: str = "decomposed",
                  rope: str = "interleaved"):
-        if not 0 <= start < stop <= cfg.slow.n_layer:
-            raise ValueError(f"slow_chunk: layer range [{start}, {stop}) is outside 0..{cfg.slow.n_layer}")
+        self.name = chunk_stage_name(index)
+        bounds = chunk_bounds(cfg.slow.n_layer, chunks)
+        if not 0 <= index < len(bounds):
+            raise ValueError(f"{self.name}: only {chunks} chunks are configured (slow_chunk0..{chunks - 1})")
         if prefill < 1:
-            raise ValueError(f"slow_chunk: prefill block {prefill} must be >= 1 token")
-        self.cfg, self.start, self.stop, self.prefill, self.lowering = cfg, start, stop, prefill, lowering
-        self.rope = rope
-        self.name = f"slow_chunk_{start}_{stop}"
-        self.final = stop == cfg.slow.n_layer
+            raise ValueError(f"{self.name}: prefill block {prefill} must be >= 1 token")
+        self.cfg, self.prefill, self.lowering, self.rope = cfg, prefill, lowering, rope
+        self.start, self.stop = bounds[index]
+        self.final = self.stop == cfg.slow.n_layer
+        self.description = f"slow-AR layers [{self.start}, {self.stop})" + (" + final norm" if self.final else "")
 
     def states(self, size: int) -> tuple[StateSpec, ...]:
         d = self.cfg.slow
@@ -80,18 +83,41 @@ class SlowChunkStage:
             raise ValueError(f"{self.name}: context {size} is shorter than the prefill block {self.prefill}")
         return [self._function("prefill", self.prefill, size), self._function("decode", 1, size)]
 
-    def load_model(self, weights_dir: Path, size: int) -> ChunkModel:
+    def geometry(self, size: int) -> dict[str, int]:
+        return {"layer_start": self.start, "layer_stop": self.stop, "context": size, "prefill": self.prefill,
+                "final_norm": int(self.final)}
+
+    def load(self, weights_dir: Path, size: int) -> ChunkModel:
         cfg = read_config(weights_dir)
         return ChunkModel(cfg, self.start, self.stop, size,
                           load_slow_layers(weights_dir, self.start, self.stop, dtype=torch.float32))
 
-    def build_function(self, model: ChunkModel, name: str) -> nn.Module:
+    def build(self, model: ChunkModel) -> nn.Module:
         """One module serves both functions (the token count is the input's length)."""
-        if name not in ("prefill", "decode"):
-            raise KeyError(f"{self.name}: no function {name!r}; functions: ['prefill', 'decode']")
         return SlowChunkModule(model, self.lowering, self.rope).eval()
 
-    def scenario(self, hidden: np.ndarray, prompt_len: int, size: int) -> Scenario:
+    def scenario(self, model: ChunkModel, size: int, reference: dict):
+        """The prompt and decode steps of the shared reference run: the residual stream entering
+        layer `start` in, the one leaving layer `stop - 1` (final-normed for the last chunk) expected."""
+        a, b = self.start, self.stop
+        T = reference["prompt"].shape[1]
+        before = np.concatenate([reference["prefill_layer_hidden"][a], reference["decode_layer_hidden"][:, a]])
+        if self.final:
+            after = np.concatenate([reference["prefill_slow_hidden"], reference["slow_hidden"][1:]])
+        else:
+            after = np.concatenate([reference["prefill_layer_hidden"][b], reference["decode_layer_hidden"][:, b]])
+        sc = self.teacher_forced(before, T, size)
+        expected = []
+        for c in sc.calls:
+            p = int(c.inputs["pos"][0])
+            n = c.inputs["hidden"].shape[1]
+            want = np.zeros((1, n, after.shape[1]), np.float32)
+            k = min(n, len(after) - p) if c.function == "prefill" else 1
+            want[0, :k] = after[p:p + k]
+            expected.append({"hidden_out": want})
+        return sc, expected
+
+    def teacher_forced(self, hidden: np.ndarray, prompt_len: int, size: int) -> Scenario:
         """Teacher-forced calls: the prompt (positions 0..prompt_len-1) in prefill blocks, the last
         one padded with zeros, then one decode call per remaining row of `hidden` (N, dim)."""
         hidden = np.asarray(hidden, np.float32)
@@ -113,6 +139,11 @@ class SlowChunkStage:
             calls.append(Call("decode", {"hidden": hidden[None, p:p + 1], "pos": np.array([p], np.int32)},
                               state_valid={s: (2, p + 1) for s in names}))
         return Scenario(f"{self.name}_prefill{prompt_len}_decode{n - prompt_len}", fns, tuple(calls))
+
+
+def chunk_stage_name(index: int) -> str:
+    """The one name of chunk `index`: its stage in config, the DAG, packages and the runtime."""
+    return f"slow_chunk{index}"
 
 
 def chunk_bounds(n_layer: int, n_chunks: int) -> list[tuple[int, int]]:

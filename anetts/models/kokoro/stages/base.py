@@ -33,10 +33,6 @@ class KokoroStage(Stage):
         return DECLARATION.stage(self.name)
 
     @property
-    def uses_reference(self) -> bool:
-        return self.decl.uses_reference
-
-    @property
     def bucket_unit(self) -> str:
         return self.decl.bucket_unit
 
