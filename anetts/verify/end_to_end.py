@@ -30,7 +30,10 @@ def compiled_runtime(model_dir: Path, manifest: dict):
     from anetts.runtime.manifest import ModelArtifacts
 
     artifacts = ModelArtifacts.from_manifest(model_dir, manifest, where=f"{model_dir} (manifest being built)")
-    return runtime_class(artifacts.family)(artifacts, make_backend(COMPILED_BACKEND, artifacts))
+    cls = runtime_class(artifacts.family)
+    # as anetts.load does: a runtime whose stages need functions and states (Fish) brings its own runner
+    make = getattr(cls, "make_backend", make_backend)
+    return cls(artifacts, make(COMPILED_BACKEND, artifacts))
 
 
 def check_end_to_end_report(out_json: Path, model_dir: Path, manifest_inputs: dict, params: dict, gate: dict) -> dict:
