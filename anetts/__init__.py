@@ -7,7 +7,7 @@ __all__ = ["__version__", "load"]
 def __getattr__(name):
     # lazy, so `import anetts` (and Snakemake's config parsing) does not pay for the runtime
     if name == "load":
-        from anetts.runtime import load
+        from anetts.loader import load
 
         return load
     raise AttributeError(f"module 'anetts' has no attribute {name!r}")

@@ -37,13 +37,12 @@ import numpy as np
 
 from anetts import artifacts
 from anetts.provenance import provenance
+from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS as BACKENDS
 
 log = logging.getLogger(__name__)
 
 BENCH_KIND = "anetts-bench"
 BENCH_SCHEMA = 1
-BACKENDS = ("torch", "coreml", "mil")
-COMPUTE_UNITS = ("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
 UPSTREAM_DEVICES = ("cpu", "mps")
 # A fixed passage (same as benchmarks/runtime_vs_upstream.py) cut to these audio lengths.
 PASSAGE = (
@@ -242,9 +241,10 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
               lang: str = "en-us", upstream=UPSTREAM_DEVICES, threads: int | None = None,
               compute_plan: bool = True) -> dict:
     """Run the whole harness; returns the JSON-ready result (see the module docstring)."""
-    from anetts.runtime import ModelArtifacts, default_backend, load
+    from anetts.loader import load
+    from anetts.runtime import ModelArtifacts, default_executor
 
-    backend = default_backend() if backend in (None, "auto") else backend
+    backend = default_executor() if backend in (None, "auto") else backend
     if backend not in BACKENDS:
         raise BenchError(f"--backend {backend!r}: choose from {list(BACKENDS)}")
     if backend == "coreml" and sys.platform != "darwin":

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from anetts.artifacts import atomic_file
+from anetts.loader import DEFAULT_MODEL_DIR
+from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
 
-DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
 # speak options only one family reads (default None: the runtime's default applies); given to a
 # model of the other family they are refused by name instead of silently ignored
 KOKORO_ONLY = ("voice", "speed", "lang")
@@ -27,8 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, type=Path, help="output .wav path")
     s.add_argument("--voice", default=None, help="voice name (default: af_heart if built, else the first voice)")
     s.add_argument("--speed", type=float, default=None, help="speaking rate, 0.25..4 (default 1)")
-    s.add_argument("--backend", choices=("torch", "coreml", "mil"), default=None,
-                   help="torch (default off macOS), coreml (macOS, default there) or mil (reference executor)")
+    s.add_argument("--backend", choices=EXECUTORS, default=None,
+                   help="torch (TorchScript exports; default off macOS), coreml (macOS, default there), mil "
+                        "(reference executor on the packages; default off macOS for a compressed variant) or "
+                        "coreai (.aimodel assets)")
     s.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help=f"built model directory (default {DEFAULT_MODEL_DIR})")
     s.add_argument("--model", default=None, metavar="DIR|hf://OWNER/REPO@REV",
                    help="a model directory or a published model (downloaded, verified, cached); overrides --model-dir")
@@ -39,11 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--timestamps", type=Path, default=None, metavar="FILE.json|.srt|.vtt",
                    help="Kokoro: also write word timestamps (format from the suffix)")
     s.add_argument("--seed", type=int, default=0, help="seed of the hn-NSF noise (default 0)")
-    s.add_argument("--threads", type=int, default=None, help="torch threads (torch backend)")
+    s.add_argument("--threads", type=int, default=None, help="torch threads (torch and mil backends)")
     s.add_argument("--deployment-target", default=None, metavar="OS",
                    help="oldest OS to support, e.g. macOS14; from macOS15/iOS18 on stages run from their "
                         "multifunction bundles (coreml and mil backends), otherwise per-bucket packages")
-    s.add_argument("--compute-units", default=None, choices=("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"),
+    s.add_argument("--compute-units", default=None, choices=COMPUTE_UNITS,
                    help="Core ML compute units for every stage (coreml backend; default: per stage from the manifest)")
     s.add_argument("--reference-codes", type=Path, default=None, metavar="NPY",
                    help="Fish: codes (10, frames) of the reference audio, as .npy (the voice to clone)")
@@ -64,8 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "extra): POST /v1/audio/speech, GET /v1/audio/voices, /v1/models, /health, "
                                     "and a page at / that speaks while it streams.")
     sv.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help=f"built model directory (default {DEFAULT_MODEL_DIR})")
-    sv.add_argument("--backend", choices=("torch", "coreml", "mil"), default=None,
-                    help="as for speak (default: coreml on macOS; torch for Kokoro, mil for Fish elsewhere)")
+    sv.add_argument("--backend", choices=EXECUTORS, default=None, help="as for speak")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 (default: none)")
@@ -153,7 +155,8 @@ def _speak(args) -> int:
     import numpy as np
     import soundfile as sf
 
-    from anetts.runtime import TTSError, load
+    from anetts.loader import load
+    from anetts.runtime import TTSError
 
     text = args.text
     if text == "-":

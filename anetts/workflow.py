@@ -224,8 +224,9 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
     def parity_code(self) -> list[str]:
+        # the executors parity runs the packages on
         return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
-                          _PKG / "options.py"])
+                          _PKG / "options.py", _PKG / "runtime" / "runners.py"])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
@@ -338,8 +339,8 @@ class WorkflowConfig:
 
     def end_to_end_code(self, model: str) -> list[str]:
         runtime = sorted((_PKG / "runtime").glob("*.py"))
-        return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "verify" / "end_to_end.py",
-                          _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
+        return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "loader.py",
+                          _PKG / "verify" / "end_to_end.py", _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
 
     def scenario_parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py", *self.parity_code()])

@@ -35,9 +35,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from anetts import artifacts  # noqa: E402
+from anetts.loader import load  # noqa: E402
+from anetts.models.kokoro.dsp import SAMPLE_RATE  # noqa: E402
 from anetts.models.kokoro.end_to_end import compare_texts  # noqa: E402
 from anetts.models.kokoro.weights import load_kmodel  # noqa: E402
-from anetts.runtime import load  # noqa: E402
 from anetts.runtime.audio import log_mel_similarity  # noqa: E402
 
 log = logging.getLogger("real_weights_fidelity")
@@ -113,7 +114,7 @@ def onnx_vs_upstream(model: str, voice: str | None) -> list[dict]:
             audio, _ = kmodel.forward_with_tokens(torch.tensor([ids]), torch.from_numpy(ref_s), 1.0)
         theirs = sess.run(None, {"tokens": np.array([ids], np.int64), "style": ref_s,
                                  "speed": np.ones(1, np.float32)})[0].reshape(-1)
-        sim = log_mel_similarity(audio.numpy().reshape(-1), theirs)
+        sim = log_mel_similarity(audio.numpy().reshape(-1), theirs, SAMPLE_RATE)
         rows.append({"phonemes": ps, "length_upstream": sim["length_a"], "length_onnx": sim["length_b"],
                      "log_mel_corr": sim["log_mel_corr"]})
         log.info("onnx vs upstream %s", rows[-1])

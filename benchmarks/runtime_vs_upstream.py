@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
 from anetts.bench import PASSAGE, TARGETS_S, choose_prefixes  # noqa: E402  (one passage, one cut for both harnesses)
 from anetts.models.kokoro.weights import load_kmodel  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
-from anetts.runtime import load  # noqa: E402
+from anetts.loader import load  # noqa: E402
 
 log = logging.getLogger("runtime_vs_upstream")
 

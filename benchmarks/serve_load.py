@@ -88,7 +88,7 @@ def first_audio(url: str, model: str, voice: str, repeats: int) -> dict:
 
 def join_error(stream: bytes, model_dir: Path, backend: str | None, voice: str) -> dict:
     """Joins of the streamed audio: the step across each join vs the steps inside the audio."""
-    from anetts.runtime import load
+    from anetts.loader import load
 
     tts = load(model_dir, backend=backend, threads=1)
     chunks = [c.audio for c in tts.stream(THREE, voice=voice, sentences=True)]

@@ -54,8 +54,6 @@ rule aimodel_parity:
     resources:
         **RES.of("aimodel_parity"),
     params:
-        size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
-        family=lambda w: WF.family_of(w.model),
         gate=lambda w: WF.parity_gate(w.model, w.stage),
     script:
         "../workflow_scripts/aimodel_parity.py"

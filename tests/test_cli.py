@@ -81,19 +81,21 @@ def test_kokoro_refuses_fish_options_naming_them(built_workflow, tmp_path, capsy
     assert not out.exists()
 
 
-def test_a_manifest_of_a_newer_version_is_refused(built_workflow, tmp_path, capsys):
-    from anetts.compile.manifest import MANIFEST_VERSION
+@pytest.mark.parametrize("offset, says", [(1, "is newer than this anetts reads"),
+                                           (-1, "is older than this anetts reads (3); rebuild the model")])
+def test_a_manifest_of_another_version_is_refused(built_workflow, tmp_path, capsys, offset, says):
+    from anetts.runtime.manifest import MANIFEST_VERSION
 
     model_dir = tmp_path / "model"
     shutil.copytree(_model_dir(built_workflow), model_dir, ignore=shutil.ignore_patterns("export", "reference"))
     manifest = json.loads((model_dir / "manifest.json").read_text())
-    manifest["manifest_version"] = MANIFEST_VERSION + 1
+    manifest["manifest_version"] = MANIFEST_VERSION + offset
     (model_dir / "manifest.json").write_text(json.dumps(manifest))
     out = tmp_path / "o.wav"
     assert _speak(model_dir, out) == 1
-    assert f"manifest_version {MANIFEST_VERSION + 1} is newer than this anetts reads" in capsys.readouterr().err
+    assert f"manifest_version {MANIFEST_VERSION + offset} {says}" in capsys.readouterr().err
     assert main(["verify", str(model_dir)]) == 2
-    assert "is newer than this anetts reads" in capsys.readouterr().err
+    assert says in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -125,7 +125,7 @@ def test_variant_gate_keeps_passing_and_drops_failing(variant_build):
 
 def test_variant_manifest_runs_in_the_runtime(variant_build):
     from anetts.mil import load_program
-    from anetts.runtime import load
+    from anetts.loader import load
     from anetts.runtime.errors import ArtifactError
 
     work, _ = variant_build

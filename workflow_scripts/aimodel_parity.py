@@ -4,12 +4,10 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake, coremltools=True)
-from anetts.families import get_family
 from anetts.verify.aimodel_parity import run_aimodel_parity
 from anetts.verify.parity import Gate, check_parity
 
 inp = snakemake.input
-report = run_aimodel_parity(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size,
-                            inp.asset, inp.example_inputs, inp.export_outputs, inp.export_report,
+report = run_aimodel_parity(inp.asset, inp.example_inputs, inp.export_outputs, inp.export_report,
                             Gate(**snakemake.params.gate), asset_report=inp.asset_report)
 check_parity(report, snakemake.output.report, snakemake.output.arrays)

@@ -14,11 +14,9 @@ runtime. A raw `.aimodel` only loads through `AIModelAsset.executable()` on Linu
 """
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import logging
-import re
 import time
 import warnings
 from pathlib import Path
@@ -31,17 +29,13 @@ from anetts.compile.bundle import function_name
 from anetts.compile.convert import PRECISIONS
 from anetts.compile.trace import TRACE_REL_TOL
 from anetts.provenance import provenance
+# running an asset is the runtime's coreai runner; the converter checks what it wrote with the same code
+from anetts.runtime.runners import AIModelError, asset_summary, run_asset  # noqa: F401 - AIModelError, run_asset re-exported
+from anetts.runtime.runners import asset_io as function_io
 from anetts.stage import BucketSpec, Family
 
 log = logging.getLogger(__name__)
 
-# Core AI's summary spells tensor types as "NDArray (Float32, 1 × 4 × 16)".
-_TYPE_RE = re.compile(r"NDArray \((\w+), ([^)]*)\)")
-_DTYPES = {"Float32": np.float32, "Float16": np.float16, "Int32": np.int32}
-
-
-class AIModelError(RuntimeError):
-    pass
 
 
 def _coreai():
@@ -49,40 +43,18 @@ def _coreai():
         # coreai-torch warns that torch > 2.13.0 is unvalidated; the project pins 2.13.0
         warnings.simplefilter("ignore")
         import coreai_torch
-        from coreai.authoring import AIModelAsset
-    return coreai_torch, AIModelAsset
-
-
-def parse_tensor_type(text: str) -> tuple[np.dtype, tuple[int, ...]]:
-    m = _TYPE_RE.fullmatch(text.strip())
-    if m is None or m.group(1) not in _DTYPES:
-        raise AIModelError(f"unrecognised Core AI tensor type {text!r}")
-    dims = m.group(2).replace("×", "x").split("x")
-    return np.dtype(_DTYPES[m.group(1)]), tuple(int(d) for d in dims if d.strip())
+    return coreai_torch
 
 
 def asset_io(asset_path: Path) -> dict:
-    """Functions and per-function I/O (name, shape, dtype) of a saved asset, from its program."""
-    _, AIModelAsset = _coreai()
-    summary = AIModelAsset.load(Path(asset_path)).summary(include_statistics=True)
-    if summary is None:
-        raise AIModelError(f"{asset_path}: asset has no program")
-
-    def describe(pairs):
-        out = []
-        for name, text in pairs:
-            dtype, shape = parse_tensor_type(text)
-            out.append({"name": name, "shape": list(shape), "dtype": dtype.name})
-        return out
-
-    functions = {f: {"inputs": describe(summary.function_inputs(f)), "outputs": describe(summary.function_outputs(f))}
-                 for f in summary.function_names}
+    """Functions and per-function I/O (name, shape, dtype) of a saved asset, and its op counts."""
+    summary = asset_summary(asset_path)
     ops = {}
     try:
         ops = {str(k): int(v) for k, v in dict(summary.operation_distribution).items()}
     except (TypeError, ValueError, AttributeError):
         ops = {}
-    return {"functions": functions, "ops": ops}
+    return {"functions": function_io(asset_path, summary), "ops": ops}
 
 
 def _io_dtype(spec_dtype: str, precision: str) -> str:
@@ -105,7 +77,7 @@ def _export(wrapper, args: tuple, precision: str):
     """(exported program, the args it was exported with): fp16 exports the half-precision module."""
     import torch
 
-    coreai_torch, _ = _coreai()
+    coreai_torch = _coreai()
     if precision not in PRECISIONS:
         raise AIModelError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
     if precision == "fp16":
@@ -128,7 +100,7 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
 
     out_asset, out_report = Path(out_asset), Path(out_report)
     clear_outputs(out_asset, out_report)
-    coreai_torch, _ = _coreai()
+    coreai_torch = _coreai()
     function = function or function_name(spec.bucket)
     where = f"{spec.stage}/{spec.bucket}"
     for t in spec.inputs:
@@ -241,46 +213,3 @@ def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
             raise AIModelError(f"{stage_name}/{spec.bucket}: rebuilt wrapper's {t.name} differs from the export's eager "
                                f"output by {diff:.3g}; the weights or stage code changed since the export")
     return convert_module(wrapper, inputs, spec, out_asset, out_report, precision, model_meta)
-
-
-def run_asset(asset_path: Path, inputs: dict[str, np.ndarray], function: str | None = None) -> dict[str, np.ndarray]:
-    """Run one function of an asset with Apple's runtime; float outputs come back as float32.
-
-    Inputs are checked by name and shape against the function's signature and cast to its
-    declared dtype (fp16 assets take fp16), so a wrong input is an error naming it, never a
-    crash inside the runtime.
-    """
-    from coreai.runtime import NDArray
-
-    _, AIModelAsset = _coreai()
-    asset_path = Path(asset_path)
-    if not asset_path.is_dir():
-        raise AIModelError(f"{asset_path}: not a Core AI asset (no such directory)")
-    io = asset_io(asset_path)
-    if function is None:
-        if len(io["functions"]) != 1:
-            raise AIModelError(f"{asset_path}: has functions {sorted(io['functions'])}; name one")
-        function = next(iter(io["functions"]))
-    if function not in io["functions"]:
-        raise AIModelError(f"{asset_path}: no function {function!r}; functions: {sorted(io['functions'])}")
-    feed = {}
-    for t in io["functions"][function]["inputs"]:
-        if t["name"] not in inputs:
-            raise AIModelError(f"{asset_path}: missing input: {t['name']}")
-        a = np.asarray(inputs[t["name"]])
-        if list(a.shape) != t["shape"]:
-            raise AIModelError(f"{asset_path}: expected shape {tuple(t['shape'])}, got {a.shape} for input: {t['name']}")
-        want = np.dtype(t["dtype"])
-        if a.dtype.kind != want.kind and not (a.dtype.kind in "iu" and want.kind in "iu"):
-            raise AIModelError(f"{asset_path}: expected a {want.name} array, got {a.dtype} for input: {t['name']}")
-        feed[t["name"]] = NDArray(np.ascontiguousarray(a.astype(want, copy=False)))
-    unknown = sorted(set(inputs) - set(feed))
-    if unknown:
-        raise AIModelError(f"{asset_path}: unknown inputs {unknown}; function {function} takes {sorted(feed)}")
-
-    async def go():
-        async with AIModelAsset.load(asset_path).executable() as model:
-            return await model.load_function(function)(feed)
-
-    out = asyncio.run(go())
-    return {k: (v.numpy().astype(np.float32) if v.numpy().dtype == np.float16 else v.numpy()) for k, v in out.items()}

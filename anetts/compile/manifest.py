@@ -1,7 +1,8 @@
 """`artifacts/<model>/manifest.json`: the contract between the build and everything after it.
 
-Per package: stage, bucket, function name, path (relative to the model dir), sha256 of its
-contents, inputs/outputs (name, shape, dtype), geometry, compute-unit hint, parity verdict.
+Per package: stage, bucket, its typed functions (name, inputs, outputs, states: `FunctionSpec`) and
+the one the bucket runs, path (relative to the model dir), sha256 of its contents, geometry,
+compute-unit hint, parity verdict. The reader is :mod:`anetts.runtime.manifest` (torch-free).
 """
 from __future__ import annotations
 
@@ -12,20 +13,23 @@ from pathlib import Path
 from anetts.artifacts import atomic_outputs, tree_sha256, write_json
 from anetts.families import get_family
 from anetts.provenance import provenance
+from anetts.runtime.manifest import MANIFEST_VERSION, unreadable_version  # noqa: F401 - the format, once
+from anetts.stage import FunctionSpec
 
-MANIFEST_VERSION = 2  # 2: runtime assets listed
 
+def report_functions(report: dict) -> list[dict]:
+    """A convert report's typed functions (FunctionSpec JSON list), checked.
 
-def unreadable_version(manifest: dict) -> str | None:
-    """Why this anetts cannot read `manifest`'s format (a newer or unknown version), else None.
-    Fields added within a version are optional to readers, so an older reader of it is fine."""
-    version = manifest.get("manifest_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        return f"manifest_version {version!r} is not a version this anetts knows (it reads {MANIFEST_VERSION})"
-    if version > MANIFEST_VERSION:
-        return (f"manifest_version {version} is newer than this anetts reads ({MANIFEST_VERSION}); "
-                f"upgrade anetts or rebuild the model")
-    return None
+    Until every convert report carries that list, a bucketed stage's report names its functions
+    only (its one function's I/O is the report's inputs/outputs) and a scenario report has a
+    {name: spec} dict: both fallbacks go when the reports do (issue #22)."""
+    functions = report.get("functions")
+    if isinstance(functions, dict):
+        functions = list(functions.values())
+    if not functions or not all(isinstance(f, dict) for f in functions):
+        functions = [{"name": report.get("default_function", "main"), "inputs": report["inputs"],
+                      "outputs": report["outputs"], "states": []}]
+    return [FunctionSpec.from_json(f).to_json() for f in functions]
 
 
 def _parity_verdict(path: Path, rel) -> dict:
@@ -72,15 +76,15 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
     entries = []
     for report_path, package, torchscript, parity_path in zip(reports, packages, torchscripts, parity):
         report = json.loads(Path(report_path).read_text(encoding="utf-8"))
+        functions = report_functions(report)
         entry = {
             "stage": report["stage"],
             "bucket": report["bucket"],
-            "function": report.get("default_function", "main"),
+            "function": report.get("default_function", functions[0]["name"]),
+            "functions": functions,
             "path": rel(package),
             "sha256": tree_sha256(package),
             "bytes": report["bytes"],
-            "inputs": report["inputs"],
-            "outputs": report["outputs"],
             "geometry": report["geometry"],
             "deployment_target": report["deployment_target"],
             "precision": report["precision"],
@@ -92,20 +96,28 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
             "example_inputs": rel(Path(torchscript).with_suffix(".inputs.npz")),
         }
         if report.get("kind") == "scenario":
-            # several functions sharing weights and states; parity played a scenario (its calls' file)
-            entry.update({"kind": "scenario", "functions": report["functions"],
-                          "example_inputs": rel(Path(torchscript).with_suffix(".scenario.npz"))})
+            # parity played a scenario of calls (its calls' file), not one example
+            entry["example_inputs"] = rel(Path(torchscript).with_suffix(".scenario.npz"))
         entries.append(entry)
     bundle_entries = []
     for bundle, parity_path in zip(bundles, bundle_parity):
         report = json.loads(Path(bundle).with_suffix(".json").read_text(encoding="utf-8"))
         verdict = json.loads(Path(parity_path).read_text(encoding="utf-8"))
+        stage = verdict["stage"]
+        # a bundle's functions are its buckets' functions, each renamed as in the bundle
+        own = {e["bucket"]: e for e in entries if e["stage"] == stage}
+        functions = []
+        for function, bucket in report["buckets"].items():
+            if bucket not in own or len(own[bucket]["functions"]) != 1:
+                raise ValueError(f"bundle {bundle}: bucket {bucket} is not a one-function package of {stage}")
+            functions.append({**own[bucket]["functions"][0], "name": function})
         bundle_entries.append({
-            "stage": verdict["stage"],
+            "stage": stage,
             "path": rel(bundle),
             "sha256": tree_sha256(bundle),
             "bytes": report["bundle_bytes"],
-            "functions": report["buckets"],  # function name → bucket
+            "functions": functions,
+            "buckets": report["buckets"],  # function name → bucket
             "default_function": report.get("default_function"),
             "weight_bytes_fp16": report.get("weight_bytes_fp16"),
             "ratio_to_fp16_weights": report.get("ratio"),

@@ -62,9 +62,9 @@ def parse_uri(uri: str) -> tuple[str, str]:
 
 def variant_for_backend(backend: str | None) -> str:
     """The variant a backend needs: Core ML reads the packages only; torch and mil need the TorchScripts too."""
-    from anetts.runtime.backends import default_backend
+    from anetts.runtime.runners import default_executor
 
-    return "coreml" if (backend or default_backend()) == "coreml" else "torch"
+    return "coreml" if (backend or default_executor()) == "coreml" else "torch"
 
 
 def _download_errors():

@@ -9,8 +9,6 @@ import functools
 
 import numpy as np
 
-from anetts.models.kokoro.dsp import SAMPLE_RATE
-
 
 def _hz_to_mel(f):
     return 2595.0 * np.log10(1.0 + np.asarray(f, dtype=np.float64) / 700.0)
@@ -21,7 +19,7 @@ def _mel_to_hz(m):
 
 
 @functools.lru_cache(maxsize=8)
-def mel_filterbank(sample_rate: int = SAMPLE_RATE, n_fft: int = 1024, n_mels: int = 80,
+def mel_filterbank(sample_rate: int, n_fft: int = 1024, n_mels: int = 80,
                    fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
     """(n_mels, n_fft // 2 + 1) triangular HTK-mel filters, area-normalised (Slaney style)."""
     fmax = sample_rate / 2 if fmax is None else fmax
@@ -34,7 +32,7 @@ def mel_filterbank(sample_rate: int = SAMPLE_RATE, n_fft: int = 1024, n_mels: in
     return fb * (2.0 / (hi - lo))
 
 
-def log_mel(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, n_fft: int = 1024, hop: int = 256,
+def log_mel(audio: np.ndarray, sample_rate: int, n_fft: int = 1024, hop: int = 256,
             n_mels: int = 80, floor: float = 1e-5) -> np.ndarray:
     """(n_mels, frames) natural-log mel magnitude spectrogram (Hann window, centred, reflect pad)."""
     x = np.asarray(audio, dtype=np.float64).reshape(-1)
@@ -48,7 +46,7 @@ def log_mel(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, n_fft: int = 1024
     return np.log(np.maximum(mel_filterbank(sample_rate, n_fft, n_mels) @ mag, floor))
 
 
-def log_mel_similarity(a: np.ndarray, b: np.ndarray, sample_rate: int = SAMPLE_RATE) -> dict:
+def log_mel_similarity(a: np.ndarray, b: np.ndarray, sample_rate: int) -> dict:
     """Pearson correlation and mean absolute distance (nats) of two clips' log-mels.
 
     The clips are cut to the shorter length; ``length_a/b`` report the originals.

@@ -16,15 +16,29 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from anetts.artifacts import tree_sha256
-from anetts.compile.manifest import unreadable_version
 from anetts.families import declaration
 from anetts.runtime.errors import ArtifactError, IntegrityError
-from anetts.stage import TensorSpec
+from anetts.stage import FunctionSpec, TensorSpec
 
 MANIFEST_NAME = "manifest.json"
+# 2: runtime assets listed; 3: every package (and bundle) lists its typed functions (I/O and states)
+MANIFEST_VERSION = 3
+
+
+def unreadable_version(manifest: dict) -> str | None:
+    """Why this anetts cannot read `manifest`'s format, else None. Only this version is read: an
+    older manifest lacks the typed functions the runtime runs, so the model must be rebuilt."""
+    version = manifest.get("manifest_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        return f"manifest_version {version!r} is not a version this anetts knows (it reads {MANIFEST_VERSION})"
+    if version > MANIFEST_VERSION:
+        return (f"manifest_version {version} is newer than this anetts reads ({MANIFEST_VERSION}); "
+                f"upgrade anetts or rebuild the model")
+    if version < MANIFEST_VERSION:
+        return (f"manifest_version {version} is older than this anetts reads ({MANIFEST_VERSION}); "
+                f"rebuild the model (`snakemake all`)")
+    return None
 
 
 def bundles_supported(deployment_target: str) -> bool:
@@ -114,30 +128,34 @@ def manifest_paths(model_dir: Path, manifest: dict, where: str, error: type[Exce
             for what, rel in found]
 
 
-def _tensor(d: dict, where: str) -> TensorSpec:
-    """A manifest I/O entry as the build's own TensorSpec; a malformed one is an ArtifactError."""
+def _function(d: dict, where: str) -> FunctionSpec:
+    """A manifest function entry as the build's own FunctionSpec; a malformed one is an ArtifactError."""
     try:
-        return TensorSpec.from_json(d)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ArtifactError(f"{where}: bad tensor entry {d!r} ({e})") from e
+        return FunctionSpec.from_json(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ArtifactError(f"{where}: bad function entry ({type(e).__name__}: {e})") from e
 
 
 @dataclass(frozen=True)
 class PackageEntry:
-    """One stage at one bucket, as the manifest lists it (paths resolved against the model dir)."""
+    """One stage at one bucket, as the manifest lists it (paths resolved against the model dir).
+
+    `functions`: the package's typed entry points (a bundle's: every bucket's); `function`: the one
+    this bucket runs by default (a Kokoro bucket: `main`, or its bundle function; a Fish slow chunk:
+    `prefill`). Geometry and states come from here, never from names."""
 
     stage: str
     bucket: str
     function: str
+    functions: tuple[FunctionSpec, ...]
     path: Path  # the .mlpackage
     sha256: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
     geometry: dict[str, int]
     compute_units: str | None
     torchscript: Path | None
     torchscript_sha256: str | None = None
     example_inputs: Path | None = None
+    aimodel: Path | None = None  # a Core AI asset of the same program (none listed by manifests yet)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -146,6 +164,22 @@ class PackageEntry:
     @property
     def label(self) -> str:
         return f"{self.stage}/{self.bucket}"
+
+    def spec(self, function: str | None = None) -> FunctionSpec:
+        """The typed function `function` (default: the bucket's own)."""
+        name = function or self.function
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise ArtifactError(f"{self.label} has no function {name!r}; functions: {[f.name for f in self.functions]}")
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self.spec().inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.spec().outputs
 
     @property
     def tokens(self) -> int:
@@ -161,17 +195,6 @@ class PackageEntry:
             if t.name == name:
                 return t
         raise ArtifactError(f"{self.label} has no input {name!r}")
-
-    def check_inputs(self, inputs: dict[str, np.ndarray]) -> None:
-        """Raise naming the first input whose presence, shape or dtype is off."""
-        for t in self.inputs:
-            if t.name not in inputs:
-                raise ValueError(f"{self.label}: missing input {t.name!r}")
-            a = inputs[t.name]
-            if tuple(a.shape) != t.shape or a.dtype != t.np_dtype:
-                raise ValueError(
-                    f"{self.label}: input {t.name} must be {t.shape} {t.dtype}, got {tuple(a.shape)} {a.dtype}"
-                )
 
 
 def _require(d: dict, key: str, where: str) -> Any:
@@ -258,15 +281,20 @@ class ModelArtifacts:
         """Each bucket of a bundled stage as a function of its stage's bundle."""
         out = dict(packages)
         for i, b in enumerate(manifest.get("bundles", [])):
-            stage = str(_require(b, "stage", f"{where} bundles[{i}]"))
-            path = model_dir / str(_require(b, "path", f"{where} bundles[{i}]"))
+            at = f"{where} bundles[{i}]"
+            stage = str(_require(b, "stage", at))
+            path = model_dir / str(_require(b, "path", at))
             if not path.exists():
                 raise ArtifactError(f"bundle of {stage} is missing: {path} (listed in the manifest)")
-            for function, bucket in _require(b, "functions", f"{where} bundles[{i}]").items():
+            functions = tuple(_function(f, at) for f in _require(b, "functions", at))
+            names = {f.name for f in functions}
+            for function, bucket in _require(b, "buckets", at).items():
                 if (stage, bucket) not in packages:
                     raise ArtifactError(f"{where}: bundle {stage} has function {function} for unlisted bucket {bucket}")
+                if function not in names:
+                    raise ArtifactError(f"{at}: bucket {bucket}'s function {function!r} is not among its functions")
                 out[(stage, bucket)] = replace(packages[(stage, bucket)], path=path, function=str(function),
-                                               sha256=str(_require(b, "sha256", f"{where} bundles[{i}]")))
+                                               functions=functions, sha256=str(_require(b, "sha256", at)))
         return out
 
     @staticmethod
@@ -279,14 +307,18 @@ class ModelArtifacts:
             raise ArtifactError(f"package {stage}/{bucket} is missing: {pkg} (listed in the manifest)")
         ts_rel = p.get("torchscript")  # only the torch backend needs it; it says so when absent
         ex = p.get("example_inputs")
+        functions = tuple(_function(f, where) for f in _require(p, "functions", where))
+        function = str(_require(p, "function", where))
+        if function not in {f.name for f in functions}:
+            raise ArtifactError(f"{where}: function {function!r} is not among its functions "
+                                f"{[f.name for f in functions]}")
         return PackageEntry(
             stage=stage,
             bucket=bucket,
-            function=str(p.get("function", "main")),
+            function=function,
+            functions=functions,
             path=pkg,
             sha256=str(_require(p, "sha256", where)),
-            inputs=tuple(_tensor(t, where) for t in _require(p, "inputs", where)),
-            outputs=tuple(_tensor(t, where) for t in _require(p, "outputs", where)),
             geometry={k: int(v) for k, v in _require(p, "geometry", where).items()},
             compute_units=p.get("compute_units"),
             torchscript=model_dir / ts_rel if ts_rel else None,
@@ -317,6 +349,12 @@ class ModelArtifacts:
     @property
     def family(self) -> str:
         return str(self.manifest["family"])
+
+    @property
+    def torchscript_faithful(self) -> bool:
+        """Whether the TorchScript exports are this model (a compressed variant's are not: they are
+        the uncompressed model its packages were made from)."""
+        return not self.manifest.get("variant")
 
     def asset(self, name: str) -> Path:
         """Path of a runtime asset, its sha256 checked once; IntegrityError naming it on a mismatch."""
@@ -382,7 +420,7 @@ class ModelArtifacts:
                     f"!= {entry.sha256[:12]}...; it was modified or corrupted, rebuild it"
                 )
             if torchscript:
-                if entry.torchscript is None or not entry.torchscript.is_file():
+                if entry.torchscript is None or not entry.torchscript.exists():
                     raise ArtifactError(f"TorchScript export of {entry.label} is missing: {entry.torchscript}")
                 if entry.torchscript_sha256:
                     got = tree_sha256(entry.torchscript)

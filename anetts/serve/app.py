@@ -98,7 +98,7 @@ def _page() -> str:
 
 def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
     """The app over ``instances`` (default: ``config.workers`` fresh loads of ``config.model_dir``)."""
-    from anetts.runtime import load
+    from anetts.loader import load
 
     if instances is None:
         instances = [load(config.model_dir, backend=config.backend, threads=config.threads)

@@ -9,31 +9,29 @@ on it. On Linux the packages run on the MIL executor, on macOS through Core ML.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from anetts.artifacts import clear_outputs
 from anetts.compile.manifest import build_manifest
 from anetts.families import get_family
 from anetts.runtime.manifest import MANIFEST_NAME
+from anetts.runtime.runners import default_executor
 from anetts.verify.chain import write_verdict
 from anetts.verify.parity import ParityError
 
-# the backend that runs the compiled packages themselves (the torch backend runs the fp32 exports)
-COMPILED_BACKEND = "coreml" if sys.platform == "darwin" else "mil"
+# the executor that runs the compiled packages themselves: the default one for a model whose
+# TorchScript exports are not what is checked (Core ML on macOS, the MIL executor elsewhere)
+COMPILED_BACKEND = default_executor(has_torchscript=False)
 
 
 def compiled_runtime(model_dir: Path, manifest: dict):
     """The family's runtime over an in-memory manifest, on the backend that runs the packages."""
-    from anetts.runtime import runtime_class
-    from anetts.runtime.backends import make_backend
+    from anetts.loader import runtime_class
+    from anetts.runtime import Runner
     from anetts.runtime.manifest import ModelArtifacts
 
     artifacts = ModelArtifacts.from_manifest(model_dir, manifest, where=f"{model_dir} (manifest being built)")
-    cls = runtime_class(artifacts.family)
-    # as anetts.load does: a runtime whose stages need functions and states (Fish) brings its own runner
-    make = getattr(cls, "make_backend", make_backend)
-    return cls(artifacts, make(COMPILED_BACKEND, artifacts))
+    return runtime_class(artifacts.family)(artifacts, Runner(COMPILED_BACKEND, artifacts))
 
 
 def check_end_to_end_report(out_json: Path, model_dir: Path, manifest_inputs: dict, params: dict, gate: dict) -> dict:

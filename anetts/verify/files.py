@@ -17,7 +17,7 @@ from pathlib import Path
 
 from anetts.artifacts import clear_outputs, tree_sha256
 from anetts.runtime.manifest import manifest_paths
-from anetts.compile.manifest import unreadable_version
+from anetts.runtime.manifest import unreadable_version
 
 
 class VerifyError(RuntimeError):

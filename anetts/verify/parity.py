@@ -1,5 +1,7 @@
 """Parity of one stage/bucket: upstream eager fp32 vs the traced export, the compiled package run by
-the MIL reference executor, and (on macOS) CoreML itself — compared on the valid region only.
+the MIL reference executor, and (on macOS) CoreML itself — compared on the valid region only. The
+same check scores a Core AI asset (`anetts.verify.aimodel_parity`): every program runs through the
+runners of :mod:`anetts.runtime.runners`.
 
 A package below its gate fails: `check_parity` raises after writing the failing report next to
 where the passing one would go, so the Snakemake rule exits non-zero and nothing downstream runs.
@@ -18,7 +20,7 @@ import numpy as np
 from anetts.artifacts import atomic_outputs, write_json
 from anetts.options import Gate  # noqa: F401 - re-exported
 from anetts.provenance import provenance
-from anetts.stage import BucketSpec
+from anetts.stage import BucketSpec, FunctionSpec
 from anetts.verify.metrics import compare, exact_match_fraction
 
 log = logging.getLogger(__name__)
@@ -82,40 +84,51 @@ def read_export_report(path: Path) -> tuple[BucketSpec, dict, dict]:
     return spec, regions, report.get("seconds", {})
 
 
+def _program(executor: str, ref):
+    from anetts.runtime.errors import ArtifactError
+    from anetts.runtime.runners import load_program
+
+    try:
+        return load_program(executor, ref)
+    except ArtifactError as e:
+        raise ParityError(str(e)) from e
+
+
 def run_parity(package: Path, example_inputs: Path, export_outputs: Path, export_report: Path, gate: Gate,
-               compute_units: str = "CPU_AND_GPU", function_name: str | None = None) -> dict:
+               compute_units: str = "CPU_AND_GPU", function_name: str | None = None, executor: str = "mil") -> dict:
     """Score the package (and the traced export) against the eager fp32 outputs of the export job.
 
     The export job ran the eager wrapper and the traced module on these example inputs and
     stored both, with the bucket's spec and valid regions, so parity needs no family, no model
-    and no torch.jit: one executor run per package.
+    and no torch.jit: one executor run per package. `executor`: ``mil`` runs the .mlpackage `package`
+    (and Core ML beside it on macOS); ``coreai`` runs `package` as a Core AI asset.
     """
+    from anetts.runtime.runners import PackageRef
+
     spec, regions, seconds = read_export_report(export_report)
     stage_name = spec.stage
     with np.load(example_inputs) as z:
         inputs = {k: z[k] for k in z.files}
     reference, traced_out = load_export_outputs(export_outputs, spec)
     eager_s, traced_s = seconds.get("eager_forward"), seconds.get("traced_forward")
+    fn = FunctionSpec(function_name or "main", spec.inputs, spec.outputs)
+    ref = PackageRef(label=f"{stage_name}/{spec.bucket}", path=Path(package), functions=(fn,), function=fn.name,
+                     aimodel=Path(package) if executor == "coreai" else None, compute_units=compute_units)
 
-    from anetts.mil import load_program
-
-    program = load_program(package)
-    mil_out, mil_s = _timed(lambda: program.run(inputs, function_name=function_name))
-
+    program = _program(executor, ref)
+    out, out_s = _timed(lambda: program.run(fn.name, inputs))
     backends = {
         "torch_trace": {**_score(spec, traced_out, reference, regions, gate), "seconds": traced_s},
-        "mil": {**_score(spec, mil_out, reference, regions, gate), "seconds": mil_s},
+        executor: {**_score(spec, out, reference, regions, gate), "seconds": out_s},
     }
-    if sys.platform == "darwin":
-        import coremltools as ct
-
-        mlmodel = ct.models.MLModel(str(package), compute_units=ct.ComputeUnit[compute_units],
-                                    function_name=function_name)
-        cm_out, cm_s = _timed(lambda: mlmodel.predict(inputs))
-        backends["coreml"] = {**_score(spec, cm_out, reference, regions, gate), "seconds": cm_s,
-                              "compute_units": compute_units}
-    else:
-        backends["coreml"] = {"skipped": f"CoreML predict needs macOS (this is {sys.platform})"}
+    if executor == "mil":  # Core ML runs the same package where it can
+        if sys.platform == "darwin":
+            coreml = _program("coreml", ref)
+            cm_out, cm_s = _timed(lambda: coreml.run(fn.name, inputs))
+            backends["coreml"] = {**_score(spec, cm_out, reference, regions, gate), "seconds": cm_s,
+                                  "compute_units": compute_units}
+        else:
+            backends["coreml"] = {"skipped": f"CoreML predict needs macOS (this is {sys.platform})"}
 
     gated = [b for b in backends.values() if "passed" in b]
     # valid-region outputs of the reference and the package, for plots in the summary
@@ -123,15 +136,15 @@ def run_parity(package: Path, example_inputs: Path, export_outputs: Path, export
     for t in spec.outputs:
         region = regions.get(t.name)
         arrays[f"reference/{t.name}"] = _valid(reference[t.name], region)
-        arrays[f"mil/{t.name}"] = _valid(np.asarray(mil_out[t.name]).reshape(reference[t.name].shape), region)
+        arrays[f"{executor}/{t.name}"] = _valid(np.asarray(out[t.name]).reshape(reference[t.name].shape), region)
     return {
         "stage": stage_name,
         "bucket": spec.bucket,
-        "function": function_name or "main",
+        "function": fn.name,
         "gate": asdict(gate),
         "valid_regions": {k: list(v) for k, v in regions.items() if v is not None},
         "eager_seconds": eager_s,
-        "mil_vs_eager_time_ratio": mil_s / eager_s if eager_s else None,
+        f"{executor}_vs_eager_time_ratio": out_s / eager_s if eager_s else None,
         "backends": backends,
         "passed": all(b["passed"] for b in gated),
         "provenance": provenance(),
@@ -170,17 +183,20 @@ def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, expor
     the bundle costs one executor run per function and no second eager run.
     """
     from anetts.compile.bundle import function_name
-    from anetts.mil import load_program
+    from anetts.runtime.runners import PackageRef
 
-    program = load_program(bundle)
+    specs = [read_export_report(p)[:2] for p in export_reports]
+    ref = PackageRef(label=f"bundle {stage_name}", path=Path(bundle), function=function_name(buckets[0]),
+                     functions=tuple(FunctionSpec(function_name(b), spec.inputs, spec.outputs)
+                                     for b, (spec, _) in zip(buckets, specs)))
+    program = _program("mil", ref)
     functions = {}
-    for bucket, report_path, inputs_path, ref_path in zip(buckets, export_reports, example_inputs, reference_arrays):
-        spec, regions, _ = read_export_report(report_path)
+    for bucket, (spec, regions), inputs_path, ref_path in zip(buckets, specs, example_inputs, reference_arrays):
         with np.load(inputs_path) as z:
             inputs = {k: z[k] for k in z.files}
         with np.load(ref_path) as z:
             reference = {t.name: z[f"reference/{t.name}"] for t in spec.outputs}
-        out, seconds = _timed(lambda: program.run(inputs, function_name=function_name(bucket)))
+        out, seconds = _timed(lambda: program.run(function_name(bucket), inputs))
         valid_out = {t.name: _valid(np.asarray(out[t.name]).reshape(t.shape), regions.get(t.name)) for t in spec.outputs}
         scored = _score(spec, valid_out, reference, {}, gate)
         functions[bucket] = {"function": function_name(bucket), **scored, "seconds": seconds}

@@ -185,14 +185,16 @@ def _score_call(scenario: Scenario, i: int, outputs: Mapping[str, np.ndarray], s
             "meets_target": bool(passed and (worst is None or worst >= gate.target_snr_db))}
 
 
-def _run_backend(scenario: Scenario, reference, gate: Gate, gate_states: bool, make_state, call,
+def _run_backend(scenario: Scenario, reference, gate: Gate, gate_states: bool, program,
                  keep_outputs: Sequence[str] = ()) -> dict:
-    state = make_state()
+    """Play every call on one runner's program, the state carried, and score each."""
+    state = program.new_state(scenario.calls[0].function) if scenario.states else None
     calls, seconds, kept = [], 0.0, {name: [] for name in keep_outputs}
     for i, c in enumerate(scenario.calls):
         t0 = time.perf_counter()
-        outputs, states = call(c, state)
+        outputs = program.run(c.function, c.inputs, state)
         seconds += time.perf_counter() - t0
+        states = program.read_states(state) if state is not None else None
         calls.append(_score_call(scenario, i, outputs, states, reference[i], gate, gate_states))
         for name in keep_outputs:
             kept[name].append(np.asarray(outputs[name]))
@@ -217,47 +219,32 @@ def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[
                  gate_states: bool = True, compute_units: str = "CPU_AND_GPU", keep_outputs: Sequence[str] = ()) -> dict:
     """Play the scenario on the package with one state carried through all calls; score each call.
 
-    Backends: the MIL reference executor everywhere; Core ML on macOS (one `MLModel` per
-    function, one state made from the first call's function and passed to every call — the
-    functions share it as they declare the same states).  `gate_states`: the states' valid
-    regions count towards the gate, not only the outputs.  `keep_outputs`: per backend, every
-    call's value of these outputs under `_outputs` (e.g. logits, for top-1 agreement).
+    Executors (:mod:`anetts.runtime.runners`): the MIL reference executor everywhere; Core ML on
+    macOS (states need macOS 15). `gate_states`: the states' valid regions count towards the gate,
+    not only the outputs. `keep_outputs`: per backend, every call's value of these outputs under
+    `_outputs` (e.g. logits, for top-1 agreement).
     """
+    from anetts.runtime.errors import ArtifactError
+    from anetts.runtime.runners import PackageRef, load_program
+
     if len(reference) != len(scenario.calls):
         raise ParityError(f"scenario {scenario.name}: {len(reference)} references for {len(scenario.calls)} calls")
-    from anetts.mil import load_program
-
-    program = load_program(package)
-    missing = sorted({c.function for c in scenario.calls} - set(program.function_names))
-    if missing:
-        raise ParityError(f"{package}: scenario {scenario.name} calls functions {missing}; "
-                          f"the package has {program.function_names}")
     first = scenario.calls[0].function
+    ref = PackageRef(label=f"{Path(package).name} (scenario {scenario.name})", path=Path(package),
+                     functions=tuple(scenario.functions.values()), function=first, compute_units=compute_units)
 
-    def mil_call(c: Call, state):
-        out = program.run(dict(c.inputs), function_name=c.function, state=state)
-        return out, (state.to_numpy() if state is not None else None)
+    def play(executor: str) -> dict:
+        try:
+            program = load_program(executor, ref)
+        except ArtifactError as e:
+            raise ParityError(f"{package}: {e}") from e
+        return _run_backend(scenario, reference, gate, gate_states, program, keep_outputs)
 
     has_states = bool(scenario.states)
-    backends = {"mil": _run_backend(scenario, reference, gate, gate_states,
-                                    (lambda: program.make_state(first)) if has_states else (lambda: None), mil_call,
-                                    keep_outputs)}
+    backends = {"mil": play("mil")}
     macos = _macos_version()
     if macos is not None and (macos >= (15, 0) or not has_states):  # Core ML states need macOS 15
-        import coremltools as ct
-
-        models = {name: ct.models.MLModel(str(package), compute_units=ct.ComputeUnit[compute_units],
-                                          function_name=name) for name in {c.function for c in scenario.calls}}
-
-        def cm_call(c: Call, state):
-            m = models[c.function]
-            out = m.predict(dict(c.inputs), state=state) if state is not None else m.predict(dict(c.inputs))
-            states = {t.name: state.read_state(t.name) for t in scenario.states} if state is not None else None
-            return out, states
-
-        backends["coreml"] = {**_run_backend(scenario, reference, gate, gate_states,
-                                             (lambda: models[first].make_state()) if has_states else (lambda: None),
-                                             cm_call, keep_outputs), "compute_units": compute_units}
+        backends["coreml"] = {**play("coreml"), "compute_units": compute_units}
     elif macos is not None:
         backends["coreml"] = {"skipped": f"Core ML states need macOS 15 (this is {'.'.join(map(str, macos))})"}
     else:

@@ -97,7 +97,7 @@ def test_export_folder_to_gated_asset(export_folder, tmp_path, precision, min_db
     assert meta["author"] == "ane-tts" and meta["license"].startswith("Apache-2.0")
     assert meta["creatorDefinedMetadata"]["anetts.precision"] == precision
 
-    parity = run_aimodel_parity(family, "tiny", T, asset, p["inputs"], p["outputs"], p["json"], Gate(),
+    parity = run_aimodel_parity(asset, p["inputs"], p["outputs"], p["json"], Gate(),
                                 asset_report=report_path)
     out_json = tmp_path / "parity" / "t48.json"
     check_parity(parity, out_json, out_json.with_suffix(".outputs.npz"))
@@ -119,7 +119,7 @@ def test_perturbed_model_fails_the_gate(export_folder, tmp_path):
         inputs = {k: z[k] for k in z.files}
     asset = tmp_path / "t48.aimodel"
     convert_module(bad, inputs, spec, asset, tmp_path / "t48.json", "fp32", META)
-    parity = run_aimodel_parity(family, "tiny", T, asset, p["inputs"], p["outputs"], p["json"], Gate())
+    parity = run_aimodel_parity(asset, p["inputs"], p["outputs"], p["json"], Gate())
     out_json = tmp_path / "parity" / "t48.json"
     out_json.parent.mkdir()  # Snakemake creates output folders before a job runs
     with pytest.raises(ParityError, match="tiny/t48 failed its parity gate"):

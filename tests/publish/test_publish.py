@@ -102,7 +102,7 @@ def test_publish_is_one_commit_with_the_manifested_tree(hub, built_model, publis
 
 def test_load_through_olah_downloads_the_variant_and_verifies_it(hub, built_model, published, hf_cache):
     from anetts.publish import fetch
-    from anetts.runtime import load
+    from anetts.loader import load
 
     repo_id, record, _ = published
     uri = f"hf://{repo_id}@{record['commit']}"

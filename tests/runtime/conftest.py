@@ -28,7 +28,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def tts(model_dir):
-    from anetts.runtime import load
+    from anetts.loader import load
 
     return load(model_dir, backend="torch")
 

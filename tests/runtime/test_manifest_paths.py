@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from anetts.cli import main
-from anetts.runtime import ArtifactError, load
+from anetts.loader import load
+from anetts.runtime import ArtifactError
 from anetts.runtime.manifest import manifest_paths
 from rt_common import copy_model_dir
 

@@ -10,7 +10,8 @@ import pytest
 import soundfile as sf
 
 from anetts.cli import main
-from anetts.runtime import ArtifactError, BackendUnavailable, InputError, IntegrityError, load
+from anetts.loader import load
+from anetts.runtime import ArtifactError, BackendUnavailable, InputError, IntegrityError
 from rt_common import SHORT, copy_model_dir
 
 BAD_INPUTS = [
@@ -108,6 +109,11 @@ def test_unknown_backend(model_dir):
         load(model_dir, backend="tpu")
 
 
+def test_coreai_backend_needs_aimodel_assets(model_dir):
+    with pytest.raises(BackendUnavailable, match=r"runs \.aimodel assets; the manifest of .* lists none for \["):
+        load(model_dir, backend="coreai")
+
+
 # ------------------------------------------------------------------------------------- CLI
 
 
@@ -163,7 +169,7 @@ def test_cli_run_mil_delegates(model_dir, tmp_path, capsys):
     manifest = json.loads((model_dir / "manifest.json").read_text())
     entry = next(p for p in manifest["packages"] if p["stage"] == "decoder_pre" and p["bucket"] == "3s")
     with np.load(out) as got:
-        assert sorted(got.files) == sorted(o["name"] for o in entry["outputs"])
+        assert sorted(got.files) == sorted(o["name"] for o in entry["functions"][0]["outputs"])
         assert all(np.isfinite(got[k]).all() for k in got.files)
     missing = tmp_path / "missing.mlpackage"
     assert main(["run-mil", str(missing), "--inputs", str(inputs)]) != 0
@@ -196,4 +202,4 @@ def test_mil_backend_runs_the_packages(model_dir, tts):
     # fp16 packages may move a rounding boundary of a duration by one frame, not more
     if ours.durations.shape == ref.durations.shape:
         assert np.abs(ours.durations - ref.durations).max() <= 1
-    assert log_mel_similarity(ours.audio, ref.audio)["log_mel_corr"] > 0.7
+    assert log_mel_similarity(ours.audio, ref.audio, ours.sample_rate)["log_mel_corr"] > 0.7

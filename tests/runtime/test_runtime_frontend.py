@@ -133,7 +133,7 @@ def test_cli_rejects_bad_lang_and_timestamps_suffix(model_dir, tmp_path, capsys,
 
 def test_text_chunk_predicted_too_long_is_split_at_words_and_keeps_their_times(tts):
     """A chunk that fits by the estimate but overflows 3 s is split at words; no word loses its time."""
-    from anetts.runtime import KokoroRuntime
+    from anetts.models.kokoro.runtime import KokoroRuntime
 
     runtime = KokoroRuntime(tts.artifacts, tts.backend, tokens_per_second=40.0)  # a far too optimistic estimate
     text = "I read it; wind the clock!"

@@ -9,7 +9,7 @@ import torch
 
 import anetts.models.kokoro.runtime as kokoro_runtime
 from anetts.models.kokoro.reference import upstream_intermediates
-from anetts.runtime import KokoroRuntime
+from anetts.models.kokoro.runtime import KokoroRuntime
 from anetts.runtime.audio import log_mel_similarity
 
 from rt_common import MEDIUM, SHORT
@@ -37,8 +37,10 @@ def test_durations_and_length_equal_upstream(tts, kmodel, ps, voice, speed):
     # the low-level entry takes upstream's wrapped ids directly
     chunk = tts.synthesize_tokens(_ids(tts, ps), voice=voice, speed=speed)
     np.testing.assert_array_equal(chunk.pred_dur, up["pred_dur"])
-    for stage in ("duration", "align", "f0ntrain", "decoder_pre", "har", "generator", "total"):
-        assert result.timings[stage] >= 0
+    # every stage ran and was timed, inside the call's wall time
+    stages = ("duration", "align", "f0ntrain", "decoder_pre", "har", "generator")
+    assert all(result.timings[s] > 0 for s in stages), result.timings
+    assert sum(result.timings[s] for s in stages) <= result.timings["total"]
 
 
 def test_same_source_reproduces_upstream_audio(tts, kmodel, monkeypatch):
@@ -69,8 +71,8 @@ def test_log_mel_vs_upstream(tts, kmodel, tmp_path):
         up1 = _upstream(kmodel, tts, ps, voice, speed, seed=1)["audio"]
         ours = tts.synthesize(phonemes=ps, voice=voice, speed=speed, seed=0).audio
         report.append({"phonemes": ps, "voice": voice, "speed": speed,
-                       "runtime_vs_upstream": log_mel_similarity(ours, up0),
-                       "upstream_vs_upstream_other_seed": log_mel_similarity(up1, up0)})
+                       "runtime_vs_upstream": log_mel_similarity(ours, up0, tts.sample_rate),
+                       "upstream_vs_upstream_other_seed": log_mel_similarity(up1, up0, tts.sample_rate)})
     path = tmp_path / "runtime_vs_upstream_logmel.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"log-mel report: {path}\n{json.dumps(report, indent=1)}")

@@ -29,7 +29,7 @@ def model_dir(built_workflow) -> Path:
 
 @pytest.fixture(scope="module")
 def tts(model_dir):
-    from anetts.runtime import load
+    from anetts.loader import load
 
     return load(model_dir, backend="torch", threads=1)
 

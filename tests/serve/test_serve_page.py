@@ -20,7 +20,7 @@ def model_dir(built_workflow) -> Path:
 
 
 def test_page_speaks_while_it_streams(model_dir):
-    from anetts.runtime import load
+    from anetts.loader import load
 
     from report.test_report_browser import chromium_binary  # the report test's Chromium lookup
 

@@ -15,6 +15,7 @@ previous one's output, so errors compound as they will at run time. It runs twic
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import asdict
@@ -29,23 +30,6 @@ from anetts.options import Gate
 from anetts.provenance import provenance
 
 
-class _MilPackage:
-    """A package on the MIL executor with the decoder's program interface (run, new_state)."""
-
-    def __init__(self, path: Path):
-        from anetts.mil import load_program
-
-        self.program = load_program(path)
-        stateful = [f for f in self.program.function_names if self.program.state_specs(f)]
-        self.stateful = stateful[0] if stateful else None
-
-    def new_state(self):
-        return self.program.make_state(self.stateful)
-
-    def run(self, function: str, inputs: dict, state=None) -> dict[str, np.ndarray]:
-        return self.program.run(inputs, function_name=function, state=state)
-
-
 def _chunks(packages: dict[str, Path]) -> list[str]:
     idx = sorted(int(m.group(1)) for s in packages if (m := re.fullmatch(r"slow_chunk(\d+)", s)))
     if not idx or idx != list(range(len(idx))):
@@ -53,17 +37,27 @@ def _chunks(packages: dict[str, Path]) -> list[str]:
     return [f"slow_chunk{i}" for i in idx]
 
 
+def mil_program(stage: str, package: Path):
+    """A built package on the MIL executor, its typed functions from its convert report (beside it)."""
+    from anetts.compile.manifest import report_functions
+    from anetts.runtime.runners import PackageRef, load_program
+    from anetts.stage import FunctionSpec
+
+    report = json.loads(Path(package).with_suffix(".json").read_text(encoding="utf-8"))
+    functions = tuple(FunctionSpec.from_json(f) for f in report_functions(report))
+    return load_program("mil", PackageRef(f"{stage} ({Path(package).name})", Path(package), functions,
+                                          report.get("default_function", functions[0].name)))
+
+
 def compiled_decoder(packages: dict[str, Path], embed: InputEmbedding, prefill: int) -> FishDecoder:
     """The runtime's decode loop over these packages on the MIL executor."""
-    from anetts.models.fish.stages.lm_head import restricted_ids
-
     chunks = _chunks(packages)
     for name in ("lm_head", "fast_ar"):
         if name not in packages:
             raise ValueError(f"chain: no {name} package among {sorted(packages)}")
-    programs = {s: _MilPackage(packages[s]) for s in (*chunks, "lm_head", "fast_ar")}
-    kv = programs[chunks[0]].program.state_specs("decode")[0].shape  # (1, kv_heads, context, head_dim)
-    return FishDecoder(embed.cfg, embed, programs.__getitem__, chunks, kv[2], prefill, restricted_ids(embed.cfg))
+    programs = {s: mil_program(s, packages[s]) for s in (*chunks, "lm_head", "fast_ar")}
+    kv = programs[chunks[0]].function("decode").states[0].shape  # (1, kv_heads, context, head_dim)
+    return FishDecoder(embed.cfg, embed, programs.__getitem__, chunks, kv[2], prefill, embed.cfg.restricted_ids)
 
 
 def decode_against(decoder: FishDecoder, ref: dict, n_frames: int, follow: bool) -> dict:

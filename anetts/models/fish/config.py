@@ -67,6 +67,12 @@ class FishConfig:
         return self.semantic_end_id - self.semantic_begin_id + 1
 
     @property
+    def restricted_ids(self) -> tuple[int, ...]:
+        """Token id of each row of the restricted head (`lm_head`): the semantic ids in order, then
+        <|im_end|> (kept here, torch-free, for the runtime's sampler)."""
+        return (*range(self.semantic_begin_id, self.semantic_end_id + 1), self.im_end_id)
+
+    @property
     def semantic_scale(self) -> float:
         """Semantic positions of the slow input are divided by this (upstream scale_codebook_embeddings)."""
         return math.sqrt(self.num_codebooks + 1)

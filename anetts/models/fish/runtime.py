@@ -9,9 +9,9 @@ Per text chunk::
                     -> [token, a0..a9] embedded -> slow chunks `decode`   ─┘
       -> codes (frames, 10) -> codec stage (bucketed, windows) -> audio
 
-All network math runs in the built packages (mil: the MIL executor on the .mlpackages; torch: the
-fp32 TorchScript exports the packages were converted from; coreml: Core ML, macOS only); the host
-embeds inputs, samples and pads. The slow stages' KV context is the package's bucket: a prompt plus
+All network math runs in the built packages through the runners of :mod:`anetts.runtime.runners`
+(mil: the MIL executor on the .mlpackages; torch: the fp32 TorchScript exports the packages were
+converted from; coreml: Core ML, macOS only); the host embeds inputs, samples and pads. The slow stages' KV context is the package's bucket: a prompt plus
 its frame budget that would not fit is never truncated: earlier chunks are dropped from the
 conversation, a text chunk is split, and a generation that reaches the end of the context goes on
 in a fresh one (the same turns, the voice turn holding the latest frames generated so far).
@@ -21,29 +21,27 @@ from __future__ import annotations
 import logging
 import math
 import re
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from anetts.artifacts import tree_sha256
 from anetts.models.fish import prompt as P
 from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS, InputEmbedding
 from anetts.models.fish.config import CONFIG_NAME, FishConfig
 from anetts.models.fish.sampling import SamplingParams, SemanticSampler, sample_logits
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
-from anetts.runtime.errors import ArtifactError, BackendUnavailable, InputError, IntegrityError, TTSError, validate_seed
+from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+from anetts.runtime.runners import Runner
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 44100
 SAMPLES_PER_FRAME = 2048  # 46.44 ms of audio per frame
 FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
-BACKENDS = ("mil", "torch", "coreml")
 CODEC_STAGE = "codec"
 # frames of codes a codec window reads before the frames it emits (at most half the largest bucket),
 # and after them: the codec stage is causal, so none (a codec package may declare either in its
@@ -54,162 +52,6 @@ CODEC_LOOKAHEAD = 0
 MIN_ROOM = 16  # fewest frames a chunk's prompt must leave in the context
 BUDGET_PER_TOKEN, MIN_BUDGET = 12, 32  # upstream's frame budget: max(32, 12 x text tokens)
 BLOCK_FRAMES = 8  # frames per streamed block
-
-
-# ------------------------------------------------------------------------------------------------
-# executors: one per stage, each running a package's functions with their state
-# ------------------------------------------------------------------------------------------------
-
-class _Exec:
-    """One stage package: `run(function, inputs, state)`; `new_state()` zeroed KV (stateful stages)."""
-
-    def __init__(self, entry: PackageEntry, functions: dict):
-        self.entry, self.functions = entry, functions
-
-    def io(self, function: str) -> tuple[list[str], list[str]]:
-        f = self.functions.get(function)
-        if f is None:
-            return [t.name for t in self.entry.inputs], [t.name for t in self.entry.outputs]
-        return [t["name"] for t in f["inputs"]], [t["name"] for t in f["outputs"]]
-
-
-class _MilExec(_Exec):
-    def __init__(self, artifacts: ModelArtifacts, entry: PackageEntry, functions: dict):
-        super().__init__(entry, functions)
-        from anetts.mil import load_program
-
-        artifacts.verify(entry)
-        try:
-            self.program = load_program(str(entry.path))
-        except Exception as e:  # noqa: BLE001 - surface as an artifact problem naming the package
-            raise ArtifactError(f"MIL executor cannot load {entry.label} ({entry.path}): {e}") from e
-
-    def new_state(self):
-        return self.program.make_state(next(iter(self.functions)) if self.functions else None)
-
-    def run(self, function: str, inputs: Mapping[str, np.ndarray], state=None) -> dict[str, np.ndarray]:
-        return self.program.run(inputs, function_name=function, state=state)
-
-
-class _TorchExec(_Exec):
-    """The traced fp32 modules of `export/<stage>/<bucket>.functions/<function>.pt` (a stateless stage:
-    its one .pt); the functions of a package share one set of cache buffers (the state)."""
-
-    def __init__(self, artifacts: ModelArtifacts, entry: PackageEntry, functions: dict):
-        super().__init__(entry, functions)
-        import torch
-        import warnings
-
-        self.torch = torch
-        ts = entry.torchscript
-        if ts is None or not ts.exists():
-            raise ArtifactError(f"torch backend: the TorchScript export of {entry.label} is missing ({ts}); "
-                                "rebuild, or use --backend mil")
-        if entry.torchscript_sha256 and tree_sha256(ts) != entry.torchscript_sha256:
-            raise IntegrityError(f"TorchScript of {entry.label} ({ts}) does not match the manifest sha256; rebuild it")
-        files = {fn: ts / f"{fn}.pt" for fn in functions} if ts.is_dir() else {entry.function: ts}
-        self.modules = {}
-        for fn, path in files.items():
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    self.modules[fn] = torch.jit.load(str(path), map_location="cpu").eval()
-            except Exception as e:  # noqa: BLE001 - torch raises many types for bad archives
-                raise ArtifactError(f"cannot load TorchScript of {entry.label} ({path}): {e}") from e
-        first = next(iter(self.modules.values()))
-        self.state_names = [n for n, _ in first.named_buffers() if re.fullmatch(r"[kv]_cache_\d+", n)]
-        self._bound = None
-
-    def new_state(self):
-        first = next(iter(self.modules.values()))
-        return {n: self.torch.zeros_like(getattr(first, n)) for n in self.state_names}
-
-    def run(self, function: str, inputs: Mapping[str, np.ndarray], state=None) -> dict[str, np.ndarray]:
-        torch = self.torch
-        if state is not None and self._bound is not state:
-            for m in self.modules.values():
-                for n, t in state.items():
-                    setattr(m, n, t)
-            self._bound = state
-        names, outs = self.io(function)
-        args = [torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in names]
-        with torch.inference_mode():
-            out = self.modules[function](*args)
-        out = out if isinstance(out, (tuple, list)) else (out,)
-        return {n: o.numpy() for n, o in zip(outs, out)}
-
-
-class _CoreMLExec(_Exec):
-    """Core ML (macOS 15+): one MLModel per function of the package, one state shared by them."""
-
-    def __init__(self, artifacts: ModelArtifacts, entry: PackageEntry, functions: dict, compute_units):
-        super().__init__(entry, functions)
-        import coremltools as ct
-
-        artifacts.verify(entry)
-        cu = compute_units.get(entry.stage) if isinstance(compute_units, Mapping) else compute_units
-        cu = cu or entry.compute_units or "ALL"
-        names = list(functions) or [entry.function]
-        try:
-            self.models = {fn: ct.models.MLModel(str(entry.path), compute_units=ct.ComputeUnit[cu],
-                                                 **({"function_name": fn} if fn != "main" else {}))
-                           for fn in names}
-        except Exception as e:  # noqa: BLE001 - Core ML reports compile errors as many types
-            raise ArtifactError(f"Core ML cannot load {entry.label} ({entry.path}) with {cu}: {e}") from e
-
-    def new_state(self):
-        return next(iter(self.models.values())).make_state()
-
-    def run(self, function: str, inputs: Mapping[str, np.ndarray], state=None) -> dict[str, np.ndarray]:
-        kw = {"state": state} if state is not None else {}
-        return {k: np.asarray(v) for k, v in self.models[function].predict(dict(inputs), **kw).items()}
-
-
-class FishStages:
-    """The runner of a Fish build: the stage executors of one backend, loaded (and verified) on first use."""
-
-    def __init__(self, name: str, artifacts: ModelArtifacts, threads: int | None = None, compute_units=None):
-        if name not in BACKENDS:
-            raise InputError(f"unknown backend {name!r}; choose one of {list(BACKENDS)}")
-        if name == "coreml":
-            if sys.platform != "darwin":
-                raise BackendUnavailable(f"the coreml backend needs macOS (Core ML runs only there); this platform "
-                                         f"is {sys.platform!r}. Use --backend mil or --backend torch instead")
-            try:
-                import coremltools  # noqa: F401
-            except ImportError as e:
-                raise BackendUnavailable(f"the coreml backend needs coremltools: {e}") from e
-        if name in ("torch", "mil") and threads is not None:  # the MIL executor runs on torch too
-            import torch
-
-            if threads < 1:
-                raise InputError(f"threads must be >= 1, got {threads}")
-            torch.set_num_threads(int(threads))
-        self.name, self.artifacts, self.compute_units = name, artifacts, compute_units
-        self._functions = {(p["stage"], p["bucket"]): p.get("functions") or {} for p in artifacts.manifest["packages"]}
-        self._execs: dict[tuple[str, str], _Exec] = {}
-
-    def executor(self, stage: str, bucket: str) -> _Exec:
-        key = (stage, bucket)
-        ex = self._execs.get(key)
-        if ex is None:
-            entry, fns = self.artifacts.package(stage, bucket), self._functions.get(key, {})
-            if self.name == "mil":
-                ex = _MilExec(self.artifacts, entry, fns)
-            elif self.name == "torch":
-                ex = _TorchExec(self.artifacts, entry, fns)
-            else:
-                ex = _CoreMLExec(self.artifacts, entry, fns, self.compute_units)
-            self._execs[key] = ex
-        return ex
-
-    def prepare(self, stage: str, bucket: str) -> None:
-        self.executor(stage, bucket)
-
-    def run(self, stage: str, bucket: str, inputs: Mapping[str, np.ndarray], function: str | None = None,
-            state=None) -> dict[str, np.ndarray]:
-        ex = self.executor(stage, bucket)
-        return ex.run(function or ex.entry.function, inputs, state)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -442,16 +284,7 @@ class FishRuntime:
     sample_rate = SAMPLE_RATE
     family = "fish"
 
-    @classmethod
-    def make_backend(cls, name: str | None, artifacts: ModelArtifacts, *, threads: int | None = None,
-                     compute_units=None) -> FishStages:
-        if name in (None, "auto"):
-            name = "coreml" if sys.platform == "darwin" else "mil"
-        return FishStages(name, artifacts, threads=threads, compute_units=compute_units)
-
-    def __init__(self, artifacts: ModelArtifacts, backend: FishStages):
-        if not isinstance(backend, FishStages):
-            raise TTSError(f"FishRuntime needs its own runner (FishRuntime.make_backend), got {type(backend).__name__}")
+    def __init__(self, artifacts: ModelArtifacts, backend: Runner):
         self.artifacts, self.backend = artifacts, backend
         self._encoder = None  # upstream's DAC for reference clips, loaded on first use
         try:
@@ -476,24 +309,27 @@ class FishRuntime:
         self.bucket = common[-1]
         g = artifacts.package(self.chunk_stages[0], self.bucket).geometry
         self.context, self.prefill_tokens = int(g["context"]), int(g["prefill"])
-        self.head_bucket = self._buckets("lm_head")[-1]
-        self.fast_bucket = self._buckets("fast_ar")[-1]
-        from anetts.models.fish.stages.lm_head import restricted_ids
-
-        self.row_ids = restricted_ids(self.cfg)
+        self.head_bucket, self.fast_bucket = self._stage_bucket("lm_head"), self._stage_bucket("fast_ar")
+        self.row_ids = np.asarray(self.cfg.restricted_ids, np.int64)
         rows = artifacts.package("lm_head", self.head_bucket).outputs[0].shape[-1]
         if rows != len(self.row_ids):
             raise ArtifactError(f"lm_head has {rows} logits, the config's restricted head {len(self.row_ids)}")
         buckets = {"lm_head": self.head_bucket, "fast_ar": self.fast_bucket}
-        self.decoder = FishDecoder(self.cfg, self.embed, lambda s: backend.executor(s, buckets.get(s, self.bucket)),
+        self.decoder = FishDecoder(self.cfg, self.embed, lambda s: backend.program(s, buckets.get(s, self.bucket)),
                                    self.chunk_stages, self.context, self.prefill_tokens, self.row_ids)
         self.codec_entries = sorted((artifacts.package(s, b) for s, b in artifacts.packages if s == CODEC_STAGE),
                                     key=lambda e: e.input("codes").shape[-1])
 
     def _buckets(self, stage: str) -> list[str]:
-        """A scenario stage's buckets (ctx<N>), smallest first."""
-        bs = [b for s, b in self.artifacts.packages if s == stage]
-        return sorted(bs, key=lambda b: (int(re.sub(r"\D", "", b) or 0), b))
+        return [b for s, b in self.artifacts.packages if s == stage]
+
+    def _stage_bucket(self, stage: str) -> str:
+        """The bucket of a per-frame stage (lm_head, fast_ar): the slow chunks' own, else its only one."""
+        buckets = self._buckets(stage)
+        if self.bucket in buckets or len(buckets) == 1:
+            return self.bucket if self.bucket in buckets else buckets[0]
+        raise ArtifactError(f"{self.artifacts.model_dir}: {stage} has buckets {buckets} and none is the slow "
+                            f"chunks' {self.bucket}")
 
     # -------------------------------------------------------------- info
 

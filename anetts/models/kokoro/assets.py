@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from anetts.models.kokoro.dsp import KOKORO
-from anetts.models.kokoro.weights import list_voices, read_config, validate_voice
 
 VOCAB_FILE = "vocab.json"
 VOICES_DIR = "voices"
@@ -20,6 +19,9 @@ VOICE_ROWS, STYLE_DIM = KOKORO.voice_rows, KOKORO.ref_s_dim  # upstream packs ar
 
 def write_runtime_assets(weights_dir: Path, out_dir: Path) -> list[str]:
     """vocab.json ({symbol: id}) and voices/<name>.npy ((510, 256) float32); returns the relative paths."""
+    # the build's checkpoint reader (torch): imported here, so the runtime's names above stay torch-free
+    from anetts.models.kokoro.weights import list_voices, read_config, validate_voice
+
     weights_dir, out_dir = Path(weights_dir), Path(out_dir)
     config = read_config(weights_dir)
     (out_dir / VOICES_DIR).mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,7 @@ def compare_texts(tts, kmodel, texts, seed: int, voice: str | None = None) -> li
         a_floor, _ = upstream(ids, ref_s, other)
         f0_rt = f0.runtime[: f0_up.size]
         voiced = f0_up > 50.0
-        sim, floor = log_mel_similarity(a_up, r.audio), log_mel_similarity(a_up, a_floor)
+        sim, floor = log_mel_similarity(a_up, r.audio, dsp.SAMPLE_RATE), log_mel_similarity(a_up, a_floor, dsp.SAMPLE_RATE)
         same_length = d_up.size == r.pred_dur.size
         rows.append({
             "phonemes": ps, "tokens": len(ids), "frames": frames, "seconds": round(n / dsp.SAMPLE_RATE, 3),

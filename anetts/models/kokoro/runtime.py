@@ -7,7 +7,7 @@ Per chunk::
       -> hn-NSF source + STFT (host, float64 phase) -> har -> generator (smallest seconds bucket)
       -> trim to frames x 600 samples
 
-All model math runs in the built artifacts (through a :class:`~anetts.runtime.backends.StageRunner`);
+All model math runs in the built artifacts (through a :class:`~anetts.runtime.runners.Runner`);
 this module only pads to buckets, builds masks and does the host DSP. Every stage gets its valid
 region re-padded with zeros to its own bucket, so nothing computed on padding reaches the audio.
 Text goes through upstream's frontend for its language (:mod:`anetts.models.kokoro.frontend`), chunked
@@ -31,9 +31,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, make_har, pad_last
-from anetts.runtime.backends import StageRunner
 from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+from anetts.runtime.runners import Runner
 from anetts.models.kokoro.blend import parse_blend
 from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
 from anetts.models.kokoro.frontend import Frontend, frontend
@@ -204,7 +204,7 @@ class KokoroRuntime:
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, artifacts: ModelArtifacts, backend: StageRunner, *, tokens_per_second: float = TOKENS_PER_SECOND):
+    def __init__(self, artifacts: ModelArtifacts, backend: Runner, *, tokens_per_second: float = TOKENS_PER_SECOND):
         self.artifacts = artifacts
         self.backend = backend
         self.tokens_per_second = float(tokens_per_second)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from anetts.artifacts import write_json
 from anetts.verify.scenario import Scenario
 
 
@@ -49,6 +50,9 @@ def export_stage(module: torch.nn.Module, functions, out_dir: Path, options, mod
     t0 = time.perf_counter()
     bundle_packages(packages, out, default_function=next(iter(fns)))
     reports["bundle_seconds"] = round(time.perf_counter() - t0, 3)
+    # beside the package, as the DAG's convert report: its typed functions (what a runner loads)
+    write_json(out.with_suffix(".json"), {"stage": stage, "default_function": next(iter(fns)),
+                                          "functions": [f.to_json() for f in fns.values()]})
     return out, reports
 
 

@@ -28,8 +28,8 @@ def head_tensor_name(cfg: FishConfig) -> str:
 
 
 def restricted_ids(cfg: FishConfig) -> np.ndarray:
-    """Token id of each restricted row: the semantic ids in order, then <|im_end|>."""
-    return np.append(np.arange(cfg.semantic_begin_id, cfg.semantic_end_id + 1), cfg.im_end_id).astype(np.int64)
+    """Token id of each restricted row (`FishConfig.restricted_ids`) as int64."""
+    return np.asarray(cfg.restricted_ids, np.int64)
 
 
 def load_rows(weights_dir: Path, name: str, ranges: list[tuple[int, int]]) -> torch.Tensor:

@@ -1,0 +1,102 @@
+"""The runners (anetts.runtime.runners) on a real two-function stateful package: `prefill` and
+`decode` sharing a KV cache, converted from a tiny attention layer, run by the torch exports and
+by the MIL executor with one state carried through the calls, against the eager module."""
+from __future__ import annotations
+
+import copy
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from anetts.compile.convert import ConvertOptions
+from anetts.runtime.errors import BackendUnavailable, InputError
+from anetts.runtime.runners import EXECUTORS, PackageRef, default_executor, load_program
+from anetts.verify import kv_example
+from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode
+from anetts.verify.parity import Gate
+from anetts.verify.scenario import _run_backend, record_eager
+
+G = KVGeometry(dim=32, heads=2, context=16)
+PREFILL, DECODE_STEPS = 4, 3
+FUNCTIONS = functions(G, PREFILL)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(PackageRef of the package and its per-function TorchScript, scenario, eager reference)."""
+    torch.manual_seed(0)
+    model = KVAttention(G).eval()
+    out = tmp_path_factory.mktemp("kv")
+    package, _ = kv_example.export_and_convert(model, FUNCTIONS, out, ConvertOptions(deployment_target="macOS15",
+                                                                                      precision="fp16"),
+                                               {"model": "kv-tiny", "family": "test"}, geometry={"context": G.context})
+    ref = PackageRef(label="attn/ctx16", path=package, functions=tuple(FUNCTIONS.values()), function="prefill",
+                     torchscript=out)  # out/prefill.pt, out/decode.pt
+    scenario = prefill_decode(G, PREFILL, DECODE_STEPS)
+    return ref, scenario, record_eager(copy.deepcopy(model), scenario)
+
+
+@pytest.mark.parametrize("executor", ["torch", "mil"])
+def test_runner_plays_prefill_then_decode_with_one_state(built, executor):
+    ref, scenario, reference = built
+    program = load_program(executor, ref)
+    assert set(program.functions) == {"prefill", "decode"} and program.executor == executor
+    report = _run_backend(scenario, reference, Gate(min_snr_db=35.0), True, program)
+    assert report["passed"], report
+    # torch runs the fp32 exports, mil the fp16 package: both well above the gate, torch far above
+    assert report["min_snr_db"] >= (80 if executor == "torch" else 35)
+    # the state carries the prefill into decode: the same decode call on a fresh state differs
+    decode = next(c for c in scenario.calls if c.function == "decode")
+    carried = program.new_state()
+    for c in scenario.calls:
+        got = program.run(c.function, c.inputs, carried)
+        if c is decode:
+            break
+    fresh = program.run("decode", decode.inputs, program.new_state("decode"))
+    name = FUNCTIONS["decode"].outputs[0].name
+    assert not np.allclose(got[name], fresh[name], atol=1e-3)
+    states = program.read_states(carried)
+    assert sorted(states) == sorted(t.name for t in FUNCTIONS["prefill"].states)
+    assert all(np.abs(v).max() > 0 for v in states.values())  # written by the calls
+
+
+def test_inputs_are_checked_against_the_function(built):
+    ref, scenario, _ = built
+    program = load_program("mil", ref)
+    call = scenario.calls[0]
+    name = FUNCTIONS[call.function].inputs[0].name
+    state = program.new_state()
+    with pytest.raises(InputError, match=rf"attn/ctx16 function {call.function}: missing input '{name}'"):
+        program.run(call.function, {k: v for k, v in call.inputs.items() if k != name}, state)
+    bad = {**call.inputs, name: call.inputs[name][..., :1]}
+    with pytest.raises(InputError, match=rf"function {call.function}: input {name} must be"):
+        program.run(call.function, bad, state)
+    with pytest.raises(InputError, match=r"unknown inputs \['speed'\]"):
+        program.run(call.function, {**call.inputs, "speed": np.ones(1, np.float32)}, state)
+    with pytest.raises(InputError, match="keeps states: pass state="):
+        program.run(call.function, call.inputs)
+    with pytest.raises(Exception, match="no function 'main'"):
+        program.run("main", call.inputs, state)
+
+
+def test_one_executor_list_and_one_default_rule():
+    assert EXECUTORS == ("torch", "mil", "coreml", "coreai")
+    if sys.platform == "darwin":
+        assert default_executor() == default_executor(False) == "coreml"
+    else:  # the TorchScript exports where they are the model, else the packages themselves
+        assert default_executor() == "torch" and default_executor(has_torchscript=False) == "mil"
+    with pytest.raises(InputError, match="unknown backend 'tpu'"):
+        load_program("tpu", None)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Core ML runs on macOS")
+def test_coreml_needs_macos(built):
+    with pytest.raises(BackendUnavailable, match="needs macOS"):
+        load_program("coreml", built[0])
+
+
+def test_coreai_needs_an_asset(built):
+    with pytest.raises(BackendUnavailable, match="runs .aimodel assets; attn/ctx16 has none"):
+        load_program("coreai", built[0])
