@@ -230,8 +230,9 @@ def run_scenario(package: Path, scenario: Scenario, reference: Sequence[Mapping[
     if len(reference) != len(scenario.calls):
         raise ParityError(f"scenario {scenario.name}: {len(reference)} references for {len(scenario.calls)} calls")
     first = scenario.calls[0].function
+    used = dict.fromkeys(c.function for c in scenario.calls)  # the package may have functions the calls skip
     ref = PackageRef(label=f"{Path(package).name} (scenario {scenario.name})", path=Path(package),
-                     functions=tuple(scenario.functions.values()), function=first, compute_units=compute_units)
+                     functions=tuple(scenario.functions[n] for n in used), function=first, compute_units=compute_units)
 
     def play(executor: str) -> dict:
         try:

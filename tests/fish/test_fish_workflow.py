@@ -71,20 +71,26 @@ def test_fish_build_is_gated_and_manifested(fish_build):
         ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("lm_head", "ctx256"), ("fast_ar", "ctx256"),
         ("codec", "f8")]
     for p in m["packages"]:
-        assert p.get("kind", "bucketed") == ("bucketed" if p["stage"] == "codec" else "scenario") and p["parity"]["passed"]
+        kind = m["stages"][p["stage"]]["kind"]
+        assert kind == ("bucketed" if p["stage"] == "codec" else "scenario") and p["parity"]["passed"]
         assert (mdir / p["path"]).is_dir() and (mdir / p["example_inputs"]).is_file()
     codec = m["packages"][-1]
-    # the contract the runtime codes against
-    assert [(t["name"], t["shape"], t["dtype"]) for t in codec["inputs"]] == [("codes", [1, 10, 8], "int32")]
-    assert [(t["name"], t["shape"], t["dtype"]) for t in codec["outputs"]] == [("audio", [1, 8 * 2048], "float32")]
-    assert codec["geometry"]["samples_per_frame"] == 2048 and codec["precision"] == "fp16"
+    # the contract the runtime codes against: typed functions (manifest v3)
+    assert m["manifest_version"] == 3 and codec["function"] == "main" and len(codec["functions"]) == 1
+    main = codec["functions"][0]
+    assert [(t["name"], t["shape"], t["dtype"]) for t in main["inputs"]] == [("codes", [1, 10, 8], "int32")]
+    assert [(t["name"], t["shape"], t["dtype"]) for t in main["outputs"]] == [("audio", [1, 8 * 2048], "float32")]
+    assert main["states"] == [] and codec["geometry"]["samples_per_frame"] == 2048 and codec["precision"] == "fp16"
     chunk = m["packages"][0]
-    assert set(chunk["functions"]) == {"prefill", "decode"}
-    states = chunk["functions"]["decode"]["states"]
+    functions = {f["name"]: f for f in chunk["functions"]}
+    assert set(functions) == {"prefill", "decode"} and chunk["function"] == "prefill"
+    states = functions["decode"]["states"]
+    assert states == functions["prefill"]["states"]  # one KV state shared by both functions
     assert states and all(s["dtype"] == "float16" and s["shape"][2] == 256 for s in states)
     assert m["chain"] and all(c["passed"] for c in m["chain"])
     assert {a["name"] for a in m["assets"]} >= {"tokenizer.json", "config.json", "embeddings.fp16.npy"}
-    assert [(b["stage"], b["functions"], b["parity"]["passed"]) for b in m["bundles"]] == [("codec", {"f8": "f8"}, True)]
+    assert [(b["stage"], b["buckets"], [f["name"] for f in b["functions"]], b["parity"]["passed"])
+            for b in m["bundles"]] == [("codec", {"f8": "f8"}, ["f8"], True)]
 
 
 def test_fish_parity_checks_every_position_against_upstream(fish_build):

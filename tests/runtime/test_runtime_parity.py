@@ -85,7 +85,7 @@ def test_log_mel_vs_upstream(tts, kmodel, tmp_path):
 
 
 class PoisonPadding:
-    """A StageRunner that fills the padded positions of the masked inputs with large garbage.
+    """A Runner wrapper that fills the padded positions of the masked inputs with large garbage.
 
     ``har`` is left alone: the generator spec declares it zero padded (its noise convs read a few
     frames past the end, exactly as upstream's conv zero padding does), and the runtime's
