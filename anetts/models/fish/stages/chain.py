@@ -61,10 +61,10 @@ def package_bytes(package: Path) -> int:
 
 
 def play_mil(package: Path, scenario: Scenario) -> list[dict[str, np.ndarray]]:
-    """Every call's outputs on the MIL executor, one state carried through (run_scenario scores;
-    this keeps the outputs, e.g. for top-1 agreement of logits)."""
-    from anetts.mil import load_program
+    """Every call's outputs on the MIL executor's runner, one state carried through (run_scenario
+    scores; this keeps the outputs, e.g. for top-1 agreement of logits)."""
+    from anetts.models.fish.chain_check import mil_program
 
-    program = load_program(package)
-    state = program.make_state(scenario.calls[0].function) if scenario.states else None
-    return [program.run(dict(c.inputs), function_name=c.function, state=state) for c in scenario.calls]
+    program = mil_program(Path(package).stem, package)
+    state = program.new_state(scenario.calls[0].function) if scenario.states else None
+    return [program.run(c.function, dict(c.inputs), state) for c in scenario.calls]
