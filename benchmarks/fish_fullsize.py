@@ -236,7 +236,7 @@ def run_parity(a) -> dict:
     import torch
 
     from anetts.models.fish import reference as R
-    from anetts.models.fish.stages.chain import HostEmbedding
+    from anetts.models.fish.assets import InputEmbedding, write_runtime_assets
     from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer
     from anetts.models.fish.weights import read_config
     from anetts.options import Gate
@@ -256,7 +256,10 @@ def run_parity(a) -> dict:
     frames = np.zeros((1 + cfg.num_codebooks, a.parity_decode), np.int64)  # teacher-forced semantic frames
     frames[1:] = g.integers(0, cfg.codebook_size, frames[1:].shape)
     frames[0] = cfg.semantic_begin_id + frames[1]
-    embed = HostEmbedding(a.weights, cfg)
+    assets = Path(a.work) / "assets"  # the runtime's fp16 input embedding tables
+    assets.mkdir(parents=True, exist_ok=True)
+    write_runtime_assets(a.weights, assets)
+    embed = InputEmbedding.from_dir(assets)
     hidden = np.concatenate([embed(prompt), embed(frames)])
     del embed
     sc = st.teacher_forced(hidden, T, a.context)

@@ -24,8 +24,7 @@ import torch  # noqa: E402
 
 from anetts.models.fish import reference as R  # noqa: E402
 from anetts.compile.scenario_export import compile_module as export_stage  # noqa: E402
-from anetts.models.fish.stages.chain import (HostEmbedding, compare_decode, mil_decode,  # noqa: E402
-                                             package_bytes, play_mil)
+from anetts.models.fish.stages.chain import package_bytes, play_mil  # noqa: E402
 from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
 from anetts.models.fish.stages.lm_head import LMHeadStage  # noqa: E402
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage  # noqa: E402
@@ -134,9 +133,16 @@ def main(argv=None) -> int:
                                         gate, True, bad)
             result["stages"][st.name] = fig
         t0 = time.perf_counter()
-        got = mil_decode(cfg, HostEmbedding(w, cfg), [pkgs[st.name] for st in chunks], pkgs["lm_head"],
-                         pkgs["fast_ar"], prompt, a.frames, a.prefill)
-        chain = compare_decode(cfg, got, ref)
+        # the runtime's decode loop over the packages, greedy, closed loop
+        from anetts.models.fish.assets import InputEmbedding, write_runtime_assets
+        from anetts.models.fish.chain_check import compiled_decoder, decode_against
+
+        (tmp / "assets").mkdir()
+        write_runtime_assets(w, tmp / "assets")
+        composed = {f"slow_chunk{i}": pkgs[st.name] for i, st in enumerate(chunks)}
+        decoder = compiled_decoder({**composed, "lm_head": pkgs["lm_head"], "fast_ar": pkgs["fast_ar"]},
+                                   InputEmbedding.from_dir(tmp / "assets"), a.prefill)
+        chain = decode_against(decoder, ref, a.frames, follow=False)
         chain["wall_seconds"] = round(time.perf_counter() - t0, 3)
         result["chain"] = chain
         print(f"chain: {chain['frames_all_codes_equal']}/{chain['frames']} frames with all codes equal, "

@@ -61,12 +61,16 @@ def test_a_failed_end_to_end_gate_leaves_no_manifest(built_workflow, tmp_path):
     assert not (mdir / "end_to_end.json").exists() and not (mdir / "manifest.json").exists()
 
 
-def test_end_to_end_can_be_turned_off_and_fish_has_none():
-    from anetts.workflow import WorkflowConfig
+def test_end_to_end_can_be_turned_off_and_fish_has_one():
+    import copy
+
+    from anetts.workflow import WorkflowConfig, validate_config
     from workflow_helpers import REPO
 
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     assert WorkflowConfig(cfg).end_to_end_reports(MODEL) == ["artifacts/kokoro-tiny/end_to_end.json"]
-    assert WorkflowConfig(cfg).end_to_end_reports("fish-tiny") == []
+    assert WorkflowConfig(cfg).end_to_end_reports("fish-tiny") == ["artifacts/fish-tiny/end_to_end.json"]
+    # the families' keys stay their own (no schema defaults of one family's keys in the other's block)
+    assert "seed" not in WorkflowConfig(validate_config(copy.deepcopy(cfg))).end_to_end_params("fish-tiny")
     cfg["models"][MODEL]["end_to_end"] = {"enabled": False}
     assert WorkflowConfig(cfg).end_to_end_reports(MODEL) == []

@@ -91,6 +91,9 @@ def compile_module(module, functions, out_dir: Path, options, model_meta: dict, 
     bundle, reports = convert_functions(torchscripts, list(functions), out, work, options, model_meta, stage, geometry)
     for name, r in reports.items():
         r["seconds"]["trace"] = trace_s[name]
+    # beside the package, as the DAG's convert report: its typed functions (what a runner loads)
+    write_json(out.with_suffix(".json"), {"stage": stage, "default_function": functions[0].name,
+                                          "functions": [f.to_json() for f in functions]})
     return out, {**reports, "bundle_seconds": bundle["seconds"]}
 
 

@@ -1,8 +1,8 @@
 """Fish AR stages on fish-tiny: each eager wrapper equals the upstream reference at every position
 of a reference decode (prefill of the 149-token prompt, then 15 decode steps); each compiled
 package (fp16, macOS15, states) passes a 35 dB gate at every call of a teacher-forced scenario on
-the MIL executor, and its perturbed-weights twin fails; the compiled chain slow chunks -> lm_head
--> fast_ar reproduces the reference's greedy codes."""
+the MIL executor, and its perturbed-weights twin fails; the runtime's decode loop over the
+compiled chain slow chunks -> lm_head -> fast_ar reproduces the reference's greedy codes."""
 from __future__ import annotations
 
 import copy
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from anetts.compile.scenario_export import compile_module as export_stage
-from anetts.models.fish.stages.chain import HostEmbedding, compare_decode, mil_decode, play_mil
+from anetts.models.fish.stages.chain import play_mil
 from anetts.models.fish.stages.fast_ar import FastARStage
 from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
@@ -184,14 +184,22 @@ def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp
     assert all(d < 35.0 for d in dbs)
 
 
-def test_compiled_chain_reproduces_the_reference_codes(fish_tiny, setup, packages):
+def test_runtime_loop_over_the_compiled_chain_reproduces_the_reference_codes(fish_tiny, setup, packages, tmp_path):
+    """The runtime's decode loop (`FishDecoder`, its fp16 input embedding) over these packages, greedy
+    and closed loop, as the chain check and the runtime run it."""
+    from anetts.models.fish.assets import InputEmbedding, write_runtime_assets
+    from anetts.models.fish.chain_check import compiled_decoder, decode_against
+
     _, cfg, prompt, ref, chunks, *_ = setup
-    embed = HostEmbedding(fish_tiny, cfg)
-    np.testing.assert_allclose(embed(prompt), ref["prefill_layer_hidden"][0], atol=1e-6)
-    got = mil_decode(cfg, embed, [packages[st.name] for st in chunks], packages["lm_head"], packages["fast_ar"],
-                     prompt, CHAIN_FRAMES, PREFILL)
-    s = compare_decode(cfg, got, ref)
-    print("chain:", s)
+    write_runtime_assets(fish_tiny, tmp_path)
+    embed = InputEmbedding.from_dir(tmp_path)
+    want = ref["prefill_layer_hidden"][0]
+    assert np.abs(embed(prompt) - want).max() <= 2 ** -10 * np.abs(want).max()  # fp16 tables
+    composed = {f"slow_chunk{i}": packages[st.name] for i, st in enumerate(chunks)}
+    decoder = compiled_decoder({**composed, "lm_head": packages["lm_head"], "fast_ar": packages["fast_ar"]}, embed,
+                               PREFILL)
+    s = decode_against(decoder, ref, CHAIN_FRAMES, follow=False)
+    print("chain:", {k: v for k, v in s.items() if k != "divergences"})
     assert s["positions"] == list(range(prompt.shape[1] - 1, prompt.shape[1] - 1 + CHAIN_FRAMES))
     assert s["frames_all_codes_equal"] == CHAIN_FRAMES and s["semantic_equal"] == CHAIN_FRAMES
     assert min(s["slow_hidden_db"]) >= 35.0 and s["head_top1"] == 1.0 and s["fast_top1"] == 1.0

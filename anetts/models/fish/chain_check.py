@@ -1,19 +1,21 @@
-"""The compiled Fish AR chain against upstream: the packages composed as the runtime composes them.
+"""The compiled Fish AR chain against upstream: the runtime's decode loop over the packages.
 
-Per-stage parity feeds each package upstream's own inputs; here each package takes the previous
-package's output, so errors compound as they will at run time:
+Per-stage parity feeds each package upstream's own inputs; here the runtime's loop
+(`runtime.FishDecoder`: the host input embedding from the fp16 assets, the slow chunks carrying
+their states, the LM head and the fast AR on the compiled slow state) feeds each package the
+previous one's output, so errors compound as they will at run time. It runs twice, greedily
+(`greedy.Greedy`):
 
-- teacher-forced: the prompt and then upstream's own tokens and codes go in (through the host
-  input embedding from the fp16 assets), the compiled slow chunks carry their states, the LM head
-  and the fast AR run on the compiled slow state; gated per frame on the slow state's SNR
-  (`min_snr_db`), and over all frames on top-1 agreement of the head and of the fast AR's codes
-  with upstream (`min_top1`);
-- closed loop: a greedy decode with every network compiled (`stages.chain.mil_decode`), reported
-  (frames whose codes all equal upstream's, the first that differs), not gated: after one flipped
-  near-tie the two decodes are different, equally valid sequences.
+- teacher-forced: where the compiled pick differs from upstream's, upstream's is fed on, so every
+  frame is compared on upstream's path; gated per frame on the slow state's SNR (`min_snr_db`),
+  and over all frames on top-1 agreement of the head and of the fast AR's codes (`min_top1`);
+- closed loop: the compiled picks fed back, reported (frames whose codes all equal upstream's,
+  the first divergence and upstream's logit gap there), not gated: after one flipped near-tie the
+  two decodes are different, equally valid sequences.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import asdict
@@ -22,81 +24,65 @@ from pathlib import Path
 import numpy as np
 
 from anetts.models.fish.assets import InputEmbedding
+from anetts.models.fish.greedy import Greedy
+from anetts.models.fish.runtime import FishDecoder
 from anetts.options import Gate
 from anetts.provenance import provenance
-from anetts.verify.metrics import compare, top1_agreement
 
 
-def _chunks(packages: dict[str, Path]) -> list[Path]:
-    idx = sorted((int(m.group(1)), p) for s, p in packages.items() if (m := re.fullmatch(r"slow_chunk(\d+)", s)))
-    if not idx or [i for i, _ in idx] != list(range(len(idx))):
+def _chunks(packages: dict[str, Path]) -> list[str]:
+    idx = sorted(int(m.group(1)) for s in packages if (m := re.fullmatch(r"slow_chunk(\d+)", s)))
+    if not idx or idx != list(range(len(idx))):
         raise ValueError(f"chain: slow_chunk packages must be slow_chunk0..N-1, got {sorted(packages)}")
-    return [p for _, p in idx]
+    return [f"slow_chunk{i}" for i in idx]
 
 
-def teacher_forced(embed, chunks, head, fast, ref: dict, prefill: int) -> dict:
-    from anetts.mil import load_program
-    from anetts.models.fish.stages.chain import SlowChunks
-    from anetts.models.fish.stages.lm_head import restricted_ids
+def mil_program(stage: str, package: Path):
+    """A built package on the MIL executor, its typed functions from its convert report (beside it)."""
+    from anetts.compile.manifest import report_functions
+    from anetts.runtime.runners import PackageRef, load_program
+    from anetts.stage import FunctionSpec
 
-    cfg = embed.cfg
-    slow = SlowChunks(chunks, prefill)
-    head_p, fast_p = load_program(head), load_program(fast)
-    fast_state = fast_p.make_state("decode")
-    prompt = ref["prompt"]
-    T, F = prompt.shape[1], len(ref["codes"])
-    h = slow.prefill(embed(prompt))
-    ids = restricted_ids(cfg)
-    hidden, head_logits, fast_codes = [], [], []
-    for f in range(F):
-        if f > 0:
-            rows = np.array([ref["semantic_tokens"][f - 1], *ref["codes"][f - 1]]).reshape(-1, 1)
-            h = slow(embed(rows)[None], T + f - 1, "decode")[0, 0]
-        hidden.append(h)
-        head_logits.append(head_p.run({"hidden": h.reshape(1, 1, -1).astype(np.float32)}, function_name="logits")["logits"].reshape(-1))
-        codes = []
-        for c in range(1, cfg.num_codebooks + 1):
-            prev = 0 if c == 1 else int(ref["codes"][f][c - 2])
-            fl = fast_p.run({"hidden": h.reshape(1, 1, -1).astype(np.float32), "code": np.array([prev], np.int32),
-                             "pos": np.array([c - 1], np.int32)}, function_name="decode", state=fast_state)["logits"]
-            if c > 1:
-                codes.append(int(np.argmax(fl)))
-        fast_codes.append(codes)
-    hidden, head_logits, fast_codes = np.asarray(hidden), np.asarray(head_logits), np.asarray(fast_codes)
-    hidden_db = [compare(ref["slow_hidden"][f], hidden[f])["snr_db"] for f in range(F)]
-    want_codes = ref["codes"][:, 1:]
-    return {
-        "frames": F, "positions": [T - 1, T + F - 2],
-        "slow_hidden_db": [round(float(d), 2) for d in hidden_db],
-        "slow_hidden_min_db": float(min(hidden_db)),
-        "head_top1": top1_agreement(ref["slow_logits"][:, ids], head_logits),
-        "head_mismatch_frames": [int(i) for i in np.flatnonzero(ids[head_logits.argmax(-1)] != ref["semantic_tokens"])],
-        "fast_codes_agreement": float(np.mean(fast_codes == want_codes)),
-        "fast_frames_all_codes_equal": int((fast_codes == want_codes).all(axis=1).sum()),
-    }
+    report = json.loads(Path(package).with_suffix(".json").read_text(encoding="utf-8"))
+    functions = tuple(FunctionSpec.from_json(f) for f in report_functions(report))
+    return load_program("mil", PackageRef(f"{stage} ({Path(package).name})", Path(package), functions,
+                                          report.get("default_function", functions[0].name)))
 
 
-def check_chain(packages: dict[str, Path], assets_dir: Path, reference: Path, gate: Gate, prefill: int,
-                closed_loop_frames: int | None = None) -> dict:
-    from anetts.models.fish.stages.chain import compare_decode, mil_decode
-
-    with np.load(reference) as z:
-        ref = {k: z[k] for k in z.files}
-    embed = InputEmbedding.from_dir(assets_dir)
+def compiled_decoder(packages: dict[str, Path], embed: InputEmbedding, prefill: int) -> FishDecoder:
+    """The runtime's decode loop over these packages on the MIL executor."""
     chunks = _chunks(packages)
     for name in ("lm_head", "fast_ar"):
         if name not in packages:
             raise ValueError(f"chain: no {name} package among {sorted(packages)}")
+    programs = {s: mil_program(s, packages[s]) for s in (*chunks, "lm_head", "fast_ar")}
+    kv = programs[chunks[0]].function("decode").states[0].shape  # (1, kv_heads, context, head_dim)
+    return FishDecoder(embed.cfg, embed, programs.__getitem__, chunks, kv[2], prefill, embed.cfg.restricted_ids)
+
+
+def decode_against(decoder: FishDecoder, ref: dict, n_frames: int, follow: bool) -> dict:
+    """The decoder's greedy decode of upstream's prompt for `n_frames` frames, summarized against upstream."""
+    picks = Greedy(decoder.cfg, decoder.row_ids, ref, follow=follow)
     t0 = time.perf_counter()
-    tf = teacher_forced(embed, chunks, packages["lm_head"], packages["fast_ar"], ref, prefill)
-    t1 = time.perf_counter()
-    n = closed_loop_frames or len(ref["codes"])
-    got = mil_decode(embed.cfg, embed, chunks, packages["lm_head"], packages["fast_ar"], ref["prompt"], n, prefill)
-    loop = compare_decode(embed.cfg, got, ref)
-    equal = (got["codes"] == ref["codes"][:n]).all(axis=1) & (got["semantic_tokens"] == ref["semantic_tokens"][:n])
-    loop["first_divergent_frame"] = int(np.argmin(equal)) if not equal.all() else None
-    loop["slow_hidden_db"] = [round(float(d), 2) for d in loop["slow_hidden_db"]]
-    t2 = time.perf_counter()
+    for _ in decoder.generate(ref["prompt"], n_frames, picks, stop_at_end=False):
+        pass
+    out = picks.summary()
+    out["seconds"] = {k: round(v, 3) for k, v in {**picks.timings, "total": time.perf_counter() - t0}.items()}
+    return out
+
+
+def check_chain(packages: dict[str, Path], assets_dir: Path, reference: Path, gate: Gate, prefill: int,
+                closed_loop_frames: int | None = None) -> dict:
+    with np.load(reference) as z:
+        ref = {k: z[k] for k in z.files}
+    embed = InputEmbedding.from_dir(assets_dir)
+    decoder = compiled_decoder(packages, embed, prefill)
+    n = len(ref["codes"])
+    stops = np.flatnonzero(ref["semantic_tokens"] == embed.cfg.im_end_id)
+    if len(stops):  # upstream's reference ran on past <|im_end|>; the runtime's loop stops there
+        n = int(stops[0])
+    tf = decode_against(decoder, ref, n, follow=True)
+    loop = decode_against(decoder, ref, min(closed_loop_frames or n, n), follow=False)
     checks = {
         "slow_hidden_min_db": tf["slow_hidden_min_db"] >= gate.min_snr_db,
         "head_top1": tf["head_top1"] >= gate.min_top1,
@@ -111,6 +97,6 @@ def check_chain(packages: dict[str, Path], assets_dir: Path, reference: Path, ga
         "checks": checks,
         "passed": all(checks.values()),
         "meets_target": all(checks.values()) and tf["slow_hidden_min_db"] >= gate.target_snr_db,
-        "seconds": {"teacher_forced": round(t1 - t0, 3), "closed_loop": round(t2 - t1, 3)},
+        "seconds": {"teacher_forced": tf["seconds"]["total"], "closed_loop": loop["seconds"]["total"]},
         "provenance": provenance(),
     }

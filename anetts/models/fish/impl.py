@@ -90,6 +90,12 @@ def _check_chain(packages: dict, assets_dir: Path, reference: Path, gate, stage_
     return check_chain(packages, assets_dir, reference, gate, prefill.pop())
 
 
+def _check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
+    from anetts.models.fish.end_to_end import check_end_to_end
+
+    return check_end_to_end(tts, weights_dir, params, gate)
+
+
 FAMILY = Family(
     name=DECLARATION.name,
     # the bucketed codec; the AR's scenario stages are built by `make_stage` from their config parameters
@@ -103,4 +109,5 @@ FAMILY = Family(
     gather_weights=_weights.gather_shards,
     make_stage=make_stage,
     check_chain=_check_chain,
+    check_end_to_end=_check_end_to_end,
 )

@@ -138,8 +138,11 @@ def _reset_fast_cache(model) -> None:
 
 
 @torch.inference_mode()
-def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int = REFERENCE_FRAMES) -> dict:
+def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int = REFERENCE_FRAMES,
+                     stop_at_end: bool = False) -> dict:
     """Greedy S2 decode: prefill the prompt, then `n_frames` slow steps each followed by 10 fast passes.
+    With `stop_at_end`, a frame whose token is <|im_end|> is the last (upstream's generation stops
+    there): it has no fast passes, its codes and fast logits are 0.
 
     Returns numpy arrays (frame 0's slow step is the prefill's last position):
       slow_logits (F, V)          full slow logits before the bias
@@ -175,6 +178,14 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
                 out["decode_layer_hidden"].append(layer_hidden[:, -1].float().numpy())
             logits, hidden = r.logits[0, -1].float(), r.hidden_states[0, -1]
             token = int(torch.argmax(logits + bias))
+            if stop_at_end and token == cfg.im_end_id:
+                out["slow_logits"].append(logits.numpy())
+                out["slow_hidden"].append(hidden.float().numpy())
+                out["semantic_tokens"].append(token)
+                out["codes"].append([0] * cfg.num_codebooks)
+                out["fast_logits"].append(np.zeros((cfg.num_codebooks, cfg.codebook_size), np.float32))
+                out["positions"].append(int(pos[-1]))
+                break
             codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
             _reset_fast_cache(model)
             fast_logits = [model.forward_generate_fast(hidden[None], torch.tensor([0]))[0, -1].float()]
@@ -197,7 +208,7 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
             h.remove()
     result = {k: np.asarray(v) for k, v in out.items() if k not in ("prefill_layer_hidden", "prefill_slow_hidden")}
     result["decode_layer_hidden"] = np.asarray(out["decode_layer_hidden"]).reshape(
-        n_frames - 1, cfg.slow.n_layer + 1, cfg.slow.dim)
+        len(out["semantic_tokens"]) - 1, cfg.slow.n_layer + 1, cfg.slow.dim)
     result["prefill_layer_hidden"] = out["prefill_layer_hidden"]
     result["prefill_slow_hidden"] = out["prefill_slow_hidden"]
     result["prompt"] = prompt

@@ -23,7 +23,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -114,14 +114,164 @@ class _Plan:
     budget: int
 
 
-@dataclass
-class _Gen:
-    """Per-utterance decode state kept across chunks (RAS history, timings)."""
+# ------------------------------------------------------------------------------------------------
+# the decode loop: the one loop synthesis, the chain check and the end-to-end gate run
+# ------------------------------------------------------------------------------------------------
 
-    sampler: SemanticSampler
-    rng: np.random.Generator
-    params: SamplingParams
-    timings: dict = field(default_factory=lambda: defaultdict(float))
+class Picks:
+    """What the decode loop asks at each pick, and what it shows after each frame. Synthesis samples
+    (`Sampling`); the chain check and the end-to-end gate decode greedily against upstream's decode
+    (`anetts.models.fish.greedy.Greedy`), following upstream's picks where they must."""
+
+    def __init__(self):
+        self.timings: dict = defaultdict(float)
+
+    def semantic(self, frame: int, logits: np.ndarray) -> int:
+        """Frame `frame`'s token id from the restricted head's logits."""
+        raise NotImplementedError
+
+    def code(self, frame: int, codebook: int, logits: np.ndarray) -> int:
+        """Code `codebook` (1..num_codebooks-1) of frame `frame` from that fast-AR pass's logits."""
+        raise NotImplementedError
+
+    def seen(self, frame: int, position: int, hidden: np.ndarray, head_logits: np.ndarray,
+             fast_logits: list[np.ndarray]) -> None:
+        """After each frame: the slow position that produced it, its final-normed slow state, the head's
+        logits and every fast pass's logits (pass 0's are discarded; none at <|im_end|>)."""
+
+
+class Sampling(Picks):
+    """Upstream's draws: the semantic token with RAS, each code by top-p / top-k / temperature (greedy
+    at temperature 0), from one seeded stream kept across the chunks of an utterance."""
+
+    def __init__(self, params: SamplingParams, cfg: FishConfig, row_ids: np.ndarray, seed: int):
+        super().__init__()
+        self.params, self.rng = params, np.random.default_rng(seed)
+        self.sampler = SemanticSampler(params, row_ids, (cfg.semantic_begin_id, cfg.semantic_end_id), self.rng)
+
+    def semantic(self, frame: int, logits: np.ndarray) -> int:
+        return self.sampler(logits)
+
+    def code(self, frame: int, codebook: int, logits: np.ndarray) -> int:
+        p = self.params
+        return sample_logits(logits, p.temperature, p.top_p, p.top_k, self.rng)
+
+
+class FishDecoder:
+    """Prompt rows -> frames (semantic token, 10 codes) through the AR stages' packages.
+
+    `program(stage)` gives a loaded stage package (`slow_chunk<k>`, `lm_head`, `fast_ar`) with
+    `run(function, inputs, state)` and `new_state()` (zeroed KV states); the host embeds the input
+    rows, `Picks` chooses every token and code. `context` is the slow chunks' KV rows, `prefill`
+    their prefill block."""
+
+    def __init__(self, cfg: FishConfig, embed: Callable[[np.ndarray], np.ndarray], program: Callable[[str], object],
+                 chunk_stages: Sequence[str], context: int, prefill: int, row_ids: np.ndarray):
+        self.cfg, self.embed, self.program = cfg, embed, program
+        self.chunk_stages, self.context, self.prefill_tokens = list(chunk_stages), int(context), int(prefill)
+        self.row_ids = np.asarray(row_ids)
+
+    def room(self, T: int) -> int:
+        """Frames a T-token prompt leaves in the context (0 if its padded prefill does not fit)."""
+        if -(-T // self.prefill_tokens) * self.prefill_tokens > self.context:
+            return 0
+        return self.context - T + 1
+
+    def _slow(self, x: np.ndarray, pos: int, function: str, states: list) -> np.ndarray:
+        for stage, st in zip(self.chunk_stages, states):
+            x = self.program(stage).run(function, {"hidden": x, "pos": np.array([pos], np.int32)}, st)["hidden_out"]
+        return x
+
+    def _prefill(self, rows: np.ndarray, timings) -> tuple[np.ndarray, list]:
+        t0 = time.perf_counter()
+        states = [self.program(s).new_state() for s in self.chunk_stages]
+        x = self.embed(rows)
+        T, Pn = x.shape[0], self.prefill_tokens
+        h = None
+        for p in range(0, T, Pn):
+            k = min(Pn, T - p)
+            block = np.zeros((1, Pn, x.shape[1]), np.float32)
+            block[0, :k] = x[p:p + k]
+            h = self._slow(block, p, "prefill", states)[0, k - 1]
+        timings["prefill"] += time.perf_counter() - t0
+        return h, states
+
+    def _frame(self, f: int, pos: int, h: np.ndarray, picks: Picks, fast_state) -> tuple[int, list[int]]:
+        """Frame `f` from the final-normed slow state `h` (made at slow position `pos`): (token id, codes a0..a9)."""
+        cfg, t = self.cfg, picks.timings
+        t0 = time.perf_counter()
+        hid = h.reshape(1, 1, -1).astype(np.float32)
+        logits = self.program("lm_head").run("logits", {"hidden": hid})["logits"].reshape(-1)
+        t1 = time.perf_counter()
+        token = picks.semantic(f, logits)
+        t2 = time.perf_counter()
+        t["head"] += t1 - t0
+        t["sample"] += t2 - t1
+        fast_logits: list[np.ndarray] = []
+        codes: list[int] = []
+        if token != cfg.im_end_id:
+            codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
+            fast = self.program("fast_ar")
+            for c in range(cfg.num_codebooks):
+                t0 = time.perf_counter()
+                fl = fast.run("decode", {"hidden": hid, "code": np.array([0 if c == 0 else codes[-1]], np.int32),
+                                         "pos": np.array([c], np.int32)}, fast_state)["logits"].reshape(-1)
+                t1 = time.perf_counter()
+                t["fast"] += t1 - t0
+                fast_logits.append(fl)
+                if c > 0:  # pass 0 (the slow state) only fills the KV; its logits are discarded
+                    codes.append(picks.code(f, c, fl))
+                t["sample"] += time.perf_counter() - t1
+        picks.seen(f, pos, h, logits, fast_logits)
+        return token, codes
+
+    def generate(self, rows: np.ndarray, budget: int, picks: Picks, *, stop_at_end: bool = True,
+                 restart: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[tuple[int, list[int]]]:
+        """Frames (token, codes) from prompt `rows` (1 + num_codebooks, T): at most `budget`, until
+        <|im_end|> (when `stop_at_end`; else it is yielded with no codes and fed back with codebook
+        rows 0). When the next slow step would pass the context, `restart(codes so far)` gives the rows
+        of a fresh context to go on from (without it the generation stops there, logged)."""
+        rows = np.asarray(rows, np.int64)
+        if rows.ndim != 2 or rows.shape[0] != self.cfg.num_codebooks + 1:
+            raise InputError(f"prompt rows must be ({self.cfg.num_codebooks + 1}, T), got {rows.shape}")
+        if rows.shape[1] < 1:
+            raise InputError("empty prompt")
+        if self.room(rows.shape[1]) < 1:
+            raise InputError(f"a prompt of {rows.shape[1]} tokens does not fit the context of {self.context}")
+        return self._generate(rows, budget, picks, stop_at_end, restart)
+
+    def _generate(self, rows, budget, picks, stop_at_end, restart) -> Iterator[tuple[int, list[int]]]:
+        h, states = self._prefill(rows, picks.timings)
+        pos = rows.shape[1]  # the slow position the next input row goes to
+        fast_state = self.program("fast_ar").new_state()
+        done: list[list[int]] = []
+        for f in range(budget):
+            token, codes = self._frame(f, pos - 1, h, picks, fast_state)
+            if token == self.cfg.im_end_id and stop_at_end:
+                return
+            yield token, codes
+            if not codes:  # <|im_end|> kept (stop_at_end False): fed back with codebook rows 0
+                codes_in = [0] * self.cfg.num_codebooks
+            else:
+                codes_in = codes
+                done.append(codes)
+            if f + 1 == budget:
+                return
+            if pos >= self.context:  # the next slow step has no KV row left
+                if restart is None:
+                    log.warning("context of %d rows full after %d frames; stopping", self.context, f + 1)
+                    return
+                rows = restart(np.asarray(done, np.int64).T)
+                if rows is None:
+                    return
+                h, states = self._prefill(rows, picks.timings)
+                pos = rows.shape[1]
+                continue
+            t0 = time.perf_counter()
+            x = self.embed(np.array([token, *codes_in]).reshape(-1, 1))
+            h = self._slow(x[None], pos, "decode", states)[0, 0]
+            picks.timings["slow"] += time.perf_counter() - t0
+            pos += 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -164,6 +314,9 @@ class FishRuntime:
         rows = artifacts.package("lm_head", self.head_bucket).outputs[0].shape[-1]
         if rows != len(self.row_ids):
             raise ArtifactError(f"lm_head has {rows} logits, the config's restricted head {len(self.row_ids)}")
+        buckets = {"lm_head": self.head_bucket, "fast_ar": self.fast_bucket}
+        self.decoder = FishDecoder(self.cfg, self.embed, lambda s: backend.program(s, buckets.get(s, self.bucket)),
+                                   self.chunk_stages, self.context, self.prefill_tokens, self.row_ids)
         self.codec_entries = sorted((artifacts.package(s, b) for s, b in artifacts.packages if s == CODEC_STAGE),
                                     key=lambda e: e.input("codes").shape[-1])
 
@@ -210,10 +363,7 @@ class FishRuntime:
         return P.build_prompt(self.cfg, self.tokenizer, text, reference_text, reference_codes, history, spoken)
 
     def _room(self, T: int) -> int:
-        """Frames a T-token prompt leaves in the context (0 if its padded prefill does not fit)."""
-        if -(-T // self.prefill_tokens) * self.prefill_tokens > self.context:
-            return 0
-        return self.context - T + 1
+        return self.decoder.room(T)
 
     def plan(self, text: str, reference_text: str | None = None, reference_codes=None, *,
              chunk_length: int = P.CHUNK_BYTES, max_frames: int | None = None) -> list[_Plan]:
@@ -245,116 +395,28 @@ class FishRuntime:
 
     # -------------------------------------------------------------- decode
 
-    def _slow(self, x: np.ndarray, pos: int, function: str, states: list) -> np.ndarray:
-        for stage, st in zip(self.chunk_stages, states):
-            x = self.backend.run(stage, self.bucket, {"hidden": x, "pos": np.array([pos], np.int32)},
-                                 function, st)["hidden_out"]
-        return x
-
-    def _prefill(self, rows: np.ndarray, timings) -> tuple[np.ndarray, list]:
-        t0 = time.perf_counter()
-        states = [self.backend.new_state(s, self.bucket) for s in self.chunk_stages]
-        x = self.embed(rows)
-        T, Pn = x.shape[0], self.prefill_tokens
-        h = None
-        for p in range(0, T, Pn):
-            k = min(Pn, T - p)
-            block = np.zeros((1, Pn, x.shape[1]), np.float32)
-            block[0, :k] = x[p:p + k]
-            h = self._slow(block, p, "prefill", states)[0, k - 1]
-        timings["prefill"] += time.perf_counter() - t0
-        return h, states
-
-    def _frame(self, h: np.ndarray, gen: _Gen, fast_state) -> tuple[int, list[int]]:
-        """One frame from the final-normed slow state: (semantic token id, codes a0..a9)."""
-        cfg, t = self.cfg, gen.timings
-        t0 = time.perf_counter()
-        hid = h.reshape(1, 1, -1).astype(np.float32)
-        logits = self.backend.run("lm_head", self.head_bucket, {"hidden": hid})["logits"].reshape(-1)
-        t1 = time.perf_counter()
-        token = gen.sampler(logits)
-        t2 = time.perf_counter()
-        t["head"] += t1 - t0
-        t["sample"] += t2 - t1
-        if token == cfg.im_end_id:
-            return token, []
-        codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
-        p = gen.params
-        for c in range(cfg.num_codebooks):
-            t0 = time.perf_counter()
-            fl = self.backend.run("fast_ar", self.fast_bucket, {"hidden": hid,
-                                                                "code": np.array([0 if c == 0 else codes[-1]], np.int32),
-                                                                "pos": np.array([c], np.int32)},
-                                  "decode", fast_state)["logits"].reshape(-1)
-            t1 = time.perf_counter()
-            t["fast"] += t1 - t0
-            if c > 0:  # pass 0 (the slow state) only fills the KV; its logits are discarded
-                codes.append(sample_logits(fl, p.temperature, p.top_p, p.top_k, gen.rng))
-            t["sample"] += time.perf_counter() - t1
-        return token, codes
-
-    def generate_rows(self, rows: np.ndarray, budget: int, gen: _Gen, *, stop_at_end: bool = True,
-                      restart: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[tuple[int, list[int]]]:
-        """Frames (token, codes) from prompt `rows`: at most `budget`, until <|im_end|> (when
-        `stop_at_end`). When the next slow step would pass the context, `restart(codes so far)` gives
-        the rows of a fresh context to go on from (without it the generation stops there, logged)."""
-        if rows.shape[1] < 1:
-            raise InputError("empty prompt")
-        if self._room(rows.shape[1]) < 1:
-            raise InputError(f"a prompt of {rows.shape[1]} tokens does not fit the context of {self.context}")
-        h, states = self._prefill(rows, gen.timings)
-        pos = rows.shape[1]
-        fast_state = self.backend.new_state("fast_ar", self.fast_bucket)
-        done: list[list[int]] = []
-        for f in range(budget):
-            token, codes = self._frame(h, gen, fast_state)
-            if token == self.cfg.im_end_id and stop_at_end:
-                return
-            yield token, codes
-            if not codes:  # <|im_end|> kept (stop_at_end False): fed back with codebook rows 0
-                codes_in = [0] * self.cfg.num_codebooks
-            else:
-                codes_in = codes
-                done.append(codes)
-            if f + 1 == budget:
-                return
-            if pos >= self.context:  # the next slow step has no KV row left
-                if restart is None:
-                    log.warning("context of %d rows full after %d frames; stopping", self.context, f + 1)
-                    return
-                rows = restart(np.asarray(done, np.int64).T)
-                if rows is None:
-                    return
-                h, states = self._prefill(rows, gen.timings)
-                pos = rows.shape[1]
-                continue
-            t0 = time.perf_counter()
-            x = self.embed(np.array([token, *codes_in]).reshape(-1, 1))
-            h = self._slow(x[None], pos, "decode", states)[0, 0]
-            gen.timings["slow"] += time.perf_counter() - t0
-            pos += 1
-
-    def iter_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
-                   top_k: int = 30, seed: int = 0, stop_at_end: bool = True,
-                   timings: dict | None = None) -> Iterator[tuple[int, list[int]]]:
-        """Frames (semantic token, codes) of up to `n_frames` straight from prompt rows (no chunking,
-        no restarts): the decode loop alone, e.g. to compare with upstream's greedy reference decode."""
+    def sampling(self, temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, seed: int = 0) -> Sampling:
+        """Upstream's draws with these settings (validated: a bad one is an InputError naming it)."""
         try:
             params = SamplingParams(temperature, top_p, top_k)
         except ValueError as e:
             raise InputError(str(e)) from None
-        rng = np.random.default_rng(validate_seed(seed))
-        gen = _Gen(SemanticSampler(params, self.row_ids, (self.cfg.semantic_begin_id, self.cfg.semantic_end_id), rng),
-                   rng, params)
+        return Sampling(params, self.cfg, self.row_ids, validate_seed(seed))
+
+    def iter_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
+                   top_k: int = 30, seed: int = 0, stop_at_end: bool = True,
+                   timings: dict | None = None, picks: Picks | None = None) -> Iterator[tuple[int, list[int]]]:
+        """Frames (semantic token, codes) of up to `n_frames` straight from prompt rows (no chunking,
+        no restarts): the decode loop alone, e.g. to compare with upstream's greedy reference decode.
+        `picks` replaces the sampling settings (the chain check's and the end-to-end gate's greedy picks)."""
+        picks = picks or self.sampling(temperature, top_p, top_k, seed)
         if timings is not None:
-            gen.timings = timings
-        rows = np.asarray(rows, np.int64)
-        if rows.ndim != 2 or rows.shape[0] != self.cfg.num_codebooks + 1:
-            raise InputError(f"prompt rows must be ({self.cfg.num_codebooks + 1}, T), got {rows.shape}")
-        if rows.shape[1] + n_frames - 1 > self.context:
+            picks.timings = timings
+        rows = np.asarray(rows)
+        if rows.ndim == 2 and rows.shape[1] + n_frames - 1 > self.context:
             raise InputError(f"a {rows.shape[1]}-token prompt + {n_frames} frames needs {rows.shape[1] + n_frames - 1} "
                              f"KV rows, more than the context of {self.context}")
-        return self.generate_rows(rows, n_frames, gen, stop_at_end=stop_at_end)
+        return self.decoder.generate(rows, n_frames, picks, stop_at_end=stop_at_end)
 
     def generate_codes(self, rows: np.ndarray, n_frames: int, *, temperature: float = 0.0, top_p: float = 0.7,
                        top_k: int = 30, seed: int = 0, stop_at_end: bool = True) -> dict:
@@ -472,9 +534,7 @@ class FishRuntime:
         return kept
 
     def _stream(self, plans, ref_text, ref_codes, params, seed, block_frames, t0) -> Iterator[FishChunk]:
-        rng = np.random.default_rng(seed)
-        gen = _Gen(SemanticSampler(params, self.row_ids, (self.cfg.semantic_begin_id, self.cfg.semantic_end_id), rng),
-                   rng, params)
+        gen = Sampling(params, self.cfg, self.row_ids, seed)
         history: list[tuple[str, np.ndarray]] = []
         total = 0
         for ci, plan in enumerate(plans):
@@ -501,7 +561,7 @@ class FishRuntime:
             codes: list[list[int]] = []
             emitted = pending = 0
             stop = "max_frames"
-            frames = self.generate_rows(rows, plan.budget, gen, restart=restart)
+            frames = self.decoder.generate(rows, plan.budget, gen, restart=restart)
             while True:
                 try:
                     token, c = next(frames)
