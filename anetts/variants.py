@@ -168,6 +168,9 @@ class VariantConfig:
     def chain_parity_inputs(self, model: str, name: str, bucket: str) -> list[str]:
         return self._chain_each(model, name, bucket, artifacts.variant_parity_path, artifacts.parity_path)
 
+    def chain_package_reports(self, model: str, name: str, bucket: str) -> list[str]:
+        return self._chain_each(model, name, bucket, artifacts.variant_package_report, artifacts.package_report)
+
     def chain_gate(self, model: str, name: str) -> dict:
         """The model's chain gate with the variant's own gate keys over it."""
         return canonical({**self.wf.chain_gate(model), **self._variant(name).get("gate", {})})

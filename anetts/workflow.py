@@ -339,6 +339,10 @@ class WorkflowConfig:
     def chain_parity_inputs(self, model: str, bucket: str) -> list[str]:
         return [self.parity_report(model, s, bucket) for s in self.chain_stages(model, bucket)]
 
+    def chain_package_reports(self, model: str, bucket: str) -> list[str]:
+        """The packages' convert reports: the chain check's runners load their typed functions."""
+        return [str(artifacts.package_report(model, s, bucket)) for s in self.chain_stages(model, bucket)]
+
     def chain_gate(self, model: str) -> dict:
         """The compiled chain is held to the default gate (per-stage overrides do not apply to it)."""
         return canonical(asdict(Gate.make(**self.config.get("parity", {}).get("default", {}))))

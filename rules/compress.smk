@@ -52,6 +52,7 @@ rule variant_chain_parity:
     """
     input:
         packages=lambda w: VC.chain_packages(w.model, w.variant, w.bucket),
+        reports=lambda w: VC.chain_package_reports(w.model, w.variant, w.bucket),
         parity=lambda w: VC.chain_parity_inputs(w.model, w.variant, w.bucket),
         assets=PATHS["assets"],
         reference=PATHS["reference"],

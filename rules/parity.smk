@@ -33,6 +33,8 @@ rule chain_parity:
     """
     input:
         packages=lambda w: WF.chain_packages(w.model, w.bucket),
+        # their typed functions, which the chain check's runners load
+        reports=lambda w: WF.chain_package_reports(w.model, w.bucket),
         # only packages that passed their own gates are composed
         parity=lambda w: WF.chain_parity_inputs(w.model, w.bucket),
         assets=PATHS["assets"],
