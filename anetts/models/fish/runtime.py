@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -294,10 +293,18 @@ class FishRuntime:
             raise ArtifactError(f"{artifacts.model_dir}: cannot read the Fish config/tokenizer assets: {e}") from e
         # the slow AR's input embedding on the host, from the fp16 tables (rows (11, T) -> (T, dim))
         self.embed = InputEmbedding(self.cfg, artifacts.asset(EMBEDDINGS), artifacts.asset(CODEBOOK_EMBEDDINGS))
-        self.chunk_stages = sorted((s for s, _ in artifacts.packages if re.fullmatch(r"slow_chunk\d+", s)),
-                                   key=lambda s: int(s[len("slow_chunk"):]))
-        if not self.chunk_stages or self.chunk_stages != [f"slow_chunk{i}" for i in range(len(self.chunk_stages))]:
-            raise ArtifactError(f"{artifacts.model_dir}: slow_chunk packages must be slow_chunk0..N-1, got {self.chunk_stages}")
+        # the slow AR's chunks: the instances of the repeated stage, in the order the manifest's stage
+        # block gives them (`index` of `chunks`), each with its packages
+        stages = artifacts.manifest.get("stages") or {}
+        chunks = {int(st["index"]): s for s, st in stages.items() if "index" in st}
+        count = {int(stages[s]["chunks"]) for s in chunks.values()}
+        if not chunks or len(count) != 1 or sorted(chunks) != list(range(count.pop())):
+            raise ArtifactError(f"{artifacts.model_dir}: the manifest's stages must hold the slow AR's chunks "
+                                f"0..N-1 (each with its `index` and `chunks`), got {sorted(chunks)}")
+        self.chunk_stages = [chunks[i] for i in sorted(chunks)]
+        for s in self.chunk_stages:
+            if not self._buckets(s):
+                raise ArtifactError(f"{artifacts.model_dir}: the manifest has no {s} package")
         for s in ("lm_head", "fast_ar"):
             if not self._buckets(s):
                 raise ArtifactError(f"{artifacts.model_dir}: the manifest has no {s} package")
