@@ -140,8 +140,8 @@ def main(argv=None) -> int:
         (tmp / "assets").mkdir()
         write_runtime_assets(w, tmp / "assets")
         composed = {f"slow_chunk{i}": pkgs[st.name] for i, st in enumerate(chunks)}
-        decoder = compiled_decoder({**composed, "lm_head": pkgs["lm_head"], "fast_ar": pkgs["fast_ar"]},
-                                   InputEmbedding.from_dir(tmp / "assets"), a.prefill)
+        decoder = compiled_decoder(composed, pkgs["lm_head"], pkgs["fast_ar"], InputEmbedding.from_dir(tmp / "assets"),
+                                   a.prefill)
         chain = decode_against(decoder, ref, a.frames, follow=False)
         chain["wall_seconds"] = round(time.perf_counter() - t0, 3)
         result["chain"] = chain

@@ -196,8 +196,7 @@ def test_runtime_loop_over_the_compiled_chain_reproduces_the_reference_codes(fis
     want = ref["prefill_layer_hidden"][0]
     assert np.abs(embed(prompt) - want).max() <= 2 ** -10 * np.abs(want).max()  # fp16 tables
     composed = {f"slow_chunk{i}": packages[st.name] for i, st in enumerate(chunks)}
-    decoder = compiled_decoder({**composed, "lm_head": packages["lm_head"], "fast_ar": packages["fast_ar"]}, embed,
-                               PREFILL)
+    decoder = compiled_decoder(composed, packages["lm_head"], packages["fast_ar"], embed, PREFILL)
     s = decode_against(decoder, ref, CHAIN_FRAMES, follow=False)
     print("chain:", {k: v for k, v in s.items() if k != "divergences"})
     assert s["positions"] == list(range(prompt.shape[1] - 1, prompt.shape[1] - 1 + CHAIN_FRAMES))

@@ -16,7 +16,6 @@ previous one's output, so errors compound as they will at run time. It runs twic
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -28,13 +27,6 @@ from anetts.models.fish.greedy import Greedy
 from anetts.models.fish.runtime import FishDecoder
 from anetts.options import Gate
 from anetts.provenance import provenance
-
-
-def _chunks(packages: dict[str, Path]) -> list[str]:
-    idx = sorted(int(m.group(1)) for s in packages if (m := re.fullmatch(r"slow_chunk(\d+)", s)))
-    if not idx or idx != list(range(len(idx))):
-        raise ValueError(f"chain: slow_chunk packages must be slow_chunk0..N-1, got {sorted(packages)}")
-    return [f"slow_chunk{i}" for i in idx]
 
 
 def mil_program(stage: str, package: Path):
@@ -49,15 +41,15 @@ def mil_program(stage: str, package: Path):
                                           report.get("default_function", functions[0].name)))
 
 
-def compiled_decoder(packages: dict[str, Path], embed: InputEmbedding, prefill: int) -> FishDecoder:
-    """The runtime's decode loop over these packages on the MIL executor."""
-    chunks = _chunks(packages)
-    for name in ("lm_head", "fast_ar"):
-        if name not in packages:
-            raise ValueError(f"chain: no {name} package among {sorted(packages)}")
-    programs = {s: mil_program(s, packages[s]) for s in (*chunks, "lm_head", "fast_ar")}
-    kv = programs[chunks[0]].function("decode").states[0].shape  # (1, kv_heads, context, head_dim)
-    return FishDecoder(embed.cfg, embed, programs.__getitem__, chunks, kv[2], prefill, embed.cfg.restricted_ids)
+def compiled_decoder(chunks: dict[str, Path], head: Path, fast: Path, embed: InputEmbedding,
+                     prefill: int) -> FishDecoder:
+    """The runtime's decode loop on the MIL executor over these packages: `chunks` the slow AR's, in
+    layer order ({stage: package}), then the head and the fast AR."""
+    if not chunks:
+        raise ValueError("chain: no slow chunk packages")
+    programs = {s: mil_program(s, p) for s, p in {**chunks, "lm_head": head, "fast_ar": fast}.items()}
+    kv = programs[next(iter(chunks))].function("decode").states[0].shape  # (1, kv_heads, context, head_dim)
+    return FishDecoder(embed.cfg, embed, programs.__getitem__, list(chunks), kv[2], prefill, embed.cfg.restricted_ids)
 
 
 def decode_against(decoder: FishDecoder, ref: dict, n_frames: int, follow: bool) -> dict:
@@ -71,12 +63,16 @@ def decode_against(decoder: FishDecoder, ref: dict, n_frames: int, follow: bool)
     return out
 
 
-def check_chain(packages: dict[str, Path], assets_dir: Path, reference: Path, gate: Gate, prefill: int,
-                closed_loop_frames: int | None = None) -> dict:
+def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, reference: Path, gate: Gate,
+                prefill: int, closed_loop_frames: int | None = None) -> dict:
+    """`chunks`: the slow chunk stages among `packages`, in layer order."""
+    for name in (*chunks, "lm_head", "fast_ar"):
+        if name not in packages:
+            raise ValueError(f"chain: no {name} package among {sorted(packages)}")
     with np.load(reference) as z:
         ref = {k: z[k] for k in z.files}
     embed = InputEmbedding.from_dir(assets_dir)
-    decoder = compiled_decoder(packages, embed, prefill)
+    decoder = compiled_decoder({c: packages[c] for c in chunks}, packages["lm_head"], packages["fast_ar"], embed, prefill)
     n = len(ref["codes"])
     stops = np.flatnonzero(ref["semantic_tokens"] == embed.cfg.im_end_id)
     if len(stops):  # upstream's reference ran on past <|im_end|>; the runtime's loop stops there
