@@ -76,7 +76,7 @@ def compile_module(module, functions, out_dir: Path, options, model_meta: dict, 
     plus "bundle_seconds")."""
     from anetts.compile.convert import convert_functions
 
-    out_dir = Path(out_dir)
+    out_dir, functions = Path(out_dir), list(functions)
     out_dir.mkdir(parents=True, exist_ok=True)
     torchscripts, trace_s = {}, {}
     for fn in functions:
@@ -88,7 +88,7 @@ def compile_module(module, functions, out_dir: Path, options, model_meta: dict, 
     work = out_dir / f"{stage}.functions"
     work.mkdir(exist_ok=True)
     out = out_dir / f"{stage}.mlpackage"
-    bundle, reports = convert_functions(torchscripts, list(functions), out, work, options, model_meta, stage, geometry)
+    bundle, reports = convert_functions(torchscripts, functions, out, work, options, model_meta, stage, geometry)
     for name, r in reports.items():
         r["seconds"]["trace"] = trace_s[name]
     # beside the package, as the DAG's convert report: its typed functions (what a runner loads)
