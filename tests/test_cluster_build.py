@@ -17,7 +17,7 @@ import pytest
 from anetts.artifacts import tree_sha256
 from anetts.compile.inspect import package_files
 from anetts.compile.reproducible import CONVERSION_DATE_KEY, item_identifier
-from workflow_helpers import REPO, make_workflow_copy, run_snakemake, small_config
+from workflow_helpers import REPO, commit_copy, make_workflow_copy, run_snakemake, small_config
 
 MODEL = "kokoro-tiny"
 PROFILE = REPO / "profiles" / "cluster-generic"
@@ -31,6 +31,7 @@ def manifest(workdir: Path) -> dict:
 def cluster_build(tmp_path_factory, tiny_weights):
     workdir = make_workflow_copy(tmp_path_factory.mktemp("cluster"), small_config(tiny_weights))
     shutil.copytree(REPO / "profiles", workdir / "profiles")
+    commit_copy(workdir)  # a checkout, as `built_workflow`'s: the manifests' provenance compares
     t0 = time.monotonic()
     proc = run_snakemake(workdir, "all", "--profile", "profiles/cluster-generic")
     print(f"cluster-generic build: {time.monotonic() - t0:.0f} s")
@@ -68,6 +69,8 @@ def test_cluster_build_gives_the_local_manifest(cluster_build, built_workflow):
     for m in (local, remote):
         for p in m["packages"]:
             p.pop("torchscript_sha256")
+        # two copies of one tree, each committed on its own: the commit ids differ, nothing else
+        assert m["provenance"]["git"].pop("commit") and m["provenance"]["git"]["dirty"] is False
     assert remote == local
 
 

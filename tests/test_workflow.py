@@ -35,11 +35,14 @@ def test_build_writes_manifest_of_all_packages(built_workflow):
         pkg = built_workflow / "artifacts" / MODEL / entry["path"]
         assert pkg.is_dir() and (pkg / "Manifest.json").is_file()
         assert entry["sha256"] == tree_sha256(pkg)
-        assert entry["inputs"] and entry["outputs"] and entry["geometry"]
-        assert all(t["dtype"] in ("float32", "int32") for t in entry["inputs"] + entry["outputs"])
+        # typed functions: a bucket is its package's one stateless function
+        (fn,) = entry["functions"]
+        assert fn["name"] == entry["function"] == "main" and fn["states"] == []
+        assert fn["inputs"] and fn["outputs"] and entry["geometry"]
+        assert all(t["dtype"] in ("float32", "int32") for t in fn["inputs"] + fn["outputs"])
         assert entry["parity"]["passed"] and entry["parity"]["mil_min_snr_db"] >= 35
     gen = next(p for p in manifest["packages"] if p["stage"] == "generator")
-    assert {t["name"]: t["shape"] for t in gen["inputs"]}["har"] == [1, 22, 14401]
+    assert {t["name"]: t["shape"] for t in gen["functions"][0]["inputs"]}["har"] == [1, 22, 14401]
     assert manifest["weights"]["files"]["kokoro-v1_0.pth"]
 
 

@@ -4,6 +4,7 @@ by the MIL executor with one state carried through the calls, against the eager 
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 
 import numpy as np
@@ -11,9 +12,9 @@ import pytest
 import torch
 
 from anetts.compile.convert import ConvertOptions
+from anetts.compile.scenario_export import compile_module
 from anetts.runtime.errors import BackendUnavailable, InputError
 from anetts.runtime.runners import EXECUTORS, PackageRef, default_executor, load_program
-from anetts.verify import kv_example
 from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode
 from anetts.verify.parity import Gate
 from anetts.verify.scenario import _run_backend, record_eager
@@ -29,11 +30,14 @@ def built(tmp_path_factory):
     torch.manual_seed(0)
     model = KVAttention(G).eval()
     out = tmp_path_factory.mktemp("kv")
-    package, _ = kv_example.export_and_convert(model, FUNCTIONS, out, ConvertOptions(deployment_target="macOS15",
-                                                                                      precision="fp16"),
-                                               {"model": "kv-tiny", "family": "test"}, geometry={"context": G.context})
+    package, _ = compile_module(model, FUNCTIONS.values(), out, ConvertOptions(deployment_target="macOS15", precision="fp16"),
+                                {"model": "kv-tiny", "family": "test"}, "attn", geometry={"context": G.context})
+    ts = out / "attn.torchscript"  # the export's layout: <function>.pt in one folder
+    ts.mkdir()
+    for name in FUNCTIONS:
+        shutil.copy(out / f"attn.{name}.pt", ts / f"{name}.pt")
     ref = PackageRef(label="attn/ctx16", path=package, functions=tuple(FUNCTIONS.values()), function="prefill",
-                     torchscript=out)  # out/prefill.pt, out/decode.pt
+                     torchscript=ts)
     scenario = prefill_decode(G, PREFILL, DECODE_STEPS)
     return ref, scenario, record_eager(copy.deepcopy(model), scenario)
 
