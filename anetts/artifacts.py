@@ -12,11 +12,16 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 ARTIFACTS = Path("artifacts")
 # Snakemake drops this file into directory outputs as its mtime carrier; it is not content.
 IGNORED_IN_TREE_HASH = {".snakemake_timestamp"}
+
+# Set in a build job whose build is gone (anetts.recovery): from then on no step output is moved
+# into place, even where a library swallowed the interrupt that should have stopped the job.
+BUILD_GONE = threading.Event()
 
 
 def model_dir(model: str, root: Path = ARTIFACTS) -> Path:
@@ -246,6 +251,8 @@ def atomic_outputs(*finals: Path, keep_previous: bool = False, durable: bool = F
                 raise FileNotFoundError(f"step did not produce {final}")
             if durable and tmp.is_file():
                 _fsync(tmp)
+        if BUILD_GONE.is_set():
+            raise RuntimeError(f"the build that started this job is gone; {finals[0].name} is not kept")
         for tmp, final in zip(temps, finals):
             if not keep_previous or tmp.is_dir() or final.is_dir():  # a rename cannot replace a directory
                 _remove(final)

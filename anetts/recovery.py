@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from anetts.artifacts import ARTIFACTS, is_temporary
+from anetts.artifacts import ARTIFACTS, BUILD_GONE, is_temporary
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,7 @@ def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(WATCH_INTERVAL_S)
     log.error("the build that started this job (pid %d) is gone; stopping", parent)
+    BUILD_GONE.set()
     _thread.interrupt_main()
     time.sleep(JOB_GRACE_S)
     os._exit(1)

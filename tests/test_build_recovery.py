@@ -87,3 +87,26 @@ def test_a_build_killed_with_kill_9_recovers_by_itself(built_workflow, tmp_path)
     assert not [p for p in left if p.exists()] and not _temporaries(work)
     assert not list((work / ".snakemake" / "anetts" / "tmp").iterdir())  # each job removes its own
     assert (work / PACKAGE / "Manifest.json").is_file()
+
+
+def test_a_job_whose_build_is_gone_moves_no_output_into_place(tmp_path):
+    """The watcher sets BUILD_GONE before it interrupts the job; a library may swallow that interrupt
+    (a bare `except:`), so the step's outputs are refused at the rename too, temporaries removed."""
+    from anetts.artifacts import BUILD_GONE, atomic_outputs
+
+    final = tmp_path / "3s.json"
+    BUILD_GONE.set()
+    try:
+        try:
+            with atomic_outputs(final) as (tmp,):
+                tmp.write_text("{}")
+        except RuntimeError as e:
+            assert "the build that started this job is gone; 3s.json is not kept" in str(e)
+        else:
+            raise AssertionError("atomic_outputs kept an output after its build was gone")
+    finally:
+        BUILD_GONE.clear()
+    assert list(tmp_path.iterdir()) == []
+    with atomic_outputs(final) as (tmp,):  # and a job whose build lives writes as before
+        tmp.write_text("{}")
+    assert final.read_text() == "{}"
