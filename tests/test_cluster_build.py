@@ -28,8 +28,8 @@ def manifest(workdir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster_build(tmp_path_factory, tiny_weights):
-    workdir = make_workflow_copy(tmp_path_factory.mktemp("cluster"), small_config(tiny_weights))
+def cluster_build(module_tmp, tiny_weights):
+    workdir = make_workflow_copy(module_tmp, small_config(tiny_weights))
     shutil.copytree(REPO / "profiles", workdir / "profiles")
     commit_copy(workdir)  # a checkout, as `built_workflow`'s: the manifests' provenance compares
     t0 = time.monotonic()

@@ -164,8 +164,8 @@ def dry_run_jobs(stdout: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def workflow_copy(tmp_path_factory, tiny_weights) -> Path:
-    workdir = make_workflow_copy(tmp_path_factory.mktemp("scaleout"), small_config(tiny_weights, duration=[32, 64]))
+def workflow_copy(module_tmp, tiny_weights) -> Path:
+    workdir = make_workflow_copy(module_tmp, small_config(tiny_weights, duration=[32, 64]))
     shutil.copytree(REPO / "profiles", workdir / "profiles")
     return workdir
 

@@ -79,10 +79,10 @@ def test_defaults_fill_in_and_gate_overrides():
 
 
 @pytest.fixture(scope="module")
-def variant_build(built_workflow, tmp_path_factory):
+def variant_build(built_workflow, module_tmp):
     """The session's kokoro-tiny build plus two variants: int8 on decoder_pre (a tolerant stage) and
     a 2-entry LUT on the duration stage (sensitive: its integer durations must stay exact)."""
-    work = tmp_path_factory.mktemp("variants") / "wf"
+    work = module_tmp / "wf"
     shutil.copytree(built_workflow, work, symlinks=True)
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["variants"] = {

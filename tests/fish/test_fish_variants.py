@@ -77,9 +77,9 @@ def test_frame_bytes_model_counts_what_coremltools_stores():
 
 
 @pytest.fixture(scope="module")
-def variant_build(fish_build, tmp_path_factory):
+def variant_build(fish_build, module_tmp):
     """The session's fish-tiny build plus a passing int8 variant and a failing 1-bit one."""
-    work = tmp_path_factory.mktemp("fishvariants") / "wf"
+    work = module_tmp / "wf"
     shutil.copytree(fish_build, work, symlinks=True)
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["variants"] = {"int8": INT8, "lut1": LUT1}

@@ -69,9 +69,9 @@ def publish_here(hub):
 
 
 @pytest.fixture(scope="module")
-def hf_cache(tmp_path_factory) -> Path:
+def hf_cache(module_tmp) -> Path:
     """One Hugging Face cache for the load and speak tests: the tiny tree is downloaded once."""
-    return tmp_path_factory.mktemp("hf-cache")
+    return module_tmp
 
 
 def test_publish_is_one_commit_with_the_manifested_tree(hub, built_model, published):

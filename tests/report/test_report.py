@@ -134,9 +134,9 @@ def test_declared_inputs_are_what_the_directory_holds(built_workflow, model_dir,
 # ------------------------------------------------------------------ a bench JSON dropped in
 
 @pytest.fixture(scope="module")
-def with_bench(built_workflow, tmp_path_factory) -> Path:
+def with_bench(built_workflow, module_tmp) -> Path:
     """A copy of the build, benchmarked with the torch backend, then `snakemake all` again."""
-    work = tmp_path_factory.mktemp("report-bench") / "wf"
+    work = module_tmp / "wf"
     shutil.copytree(built_workflow, work, symlinks=True)
     mdir = work / "artifacts" / MODEL
     done = subprocess.run([sys.executable, "-m", "anetts.cli", "bench", "--model-dir", str(mdir), "--backend", "torch",
