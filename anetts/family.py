@@ -7,6 +7,7 @@ weights, reference) lives in the module named by `implementation` and is built o
 """
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,16 @@ class FamilyDecl:
     # module whose `workload(runtime, targets=, voice=, speed=, lang=, upstream=)` gives `anetts bench`
     # its end-to-end cases (anetts.bench.Workload); None: the bench has none for the family
     bench: str | None = None
+    # "module:function" giving, before anything is converted, the weight bytes each stage's package
+    # file will hold: f(weights source block, weights_dir, {declared stage: its config block}) ->
+    # {stage: bytes} or None while the geometry is not known yet (weights not downloaded); torch-free,
+    # as the Snakefile calls it. None: the family's files are only checked after converting.
+    file_bytes: str | None = None
+
+    def hook(self, field_name: str):
+        """The function a "module:function" field (`runtime`, `frame_cost`, `file_bytes`) names."""
+        module, _, name = getattr(self, field_name).partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def stage(self, name: str) -> StageDecl:
         """The declaration of `name`, also of a repeated stage's instance (`slow_chunk1`)."""

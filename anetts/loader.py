@@ -10,7 +10,6 @@ knows no family and no Hub. Importing this module imports no torch and no build 
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Mapping
 
@@ -58,5 +57,4 @@ def runtime_class(family: str):
     if decl.runtime is None:
         raise TTSError(f"family {family!r} has no runtime yet: its packages are built and verified, but "
                        f"nothing in anetts synthesizes speech from them")
-    module, _, name = decl.runtime.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return decl.hook("runtime")

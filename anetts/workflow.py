@@ -123,11 +123,54 @@ class WorkflowConfig:
                 if st.kind == "scenario" and not config["families"][fam].get("scenario_frames"):
                     raise ConfigError(f"families.{fam}.scenario_frames: stage {stage} is verified by a scenario "
                                       f"and needs the number of decode frames of its reference run")
+        self._check_file_sizes(config["model"])
         declared = sorted({d for m in self.model_names for d in self._declared_settings(m)})
         for stage in config.get("parity", {}).get("stages", {}):
             if stage not in self.stage_names and stage not in declared:
                 raise ConfigError(f"parity.stages.{stage}: no configured stage has this name; stages: "
                                   f"{sorted(set(self.stage_names) | set(declared))}")
+
+    def file_bytes(self, model: str, settings: dict | None = None) -> dict[str, int] | None:
+        """{stage: weight bytes of its package file} as the family counts them before converting
+        (`FamilyDecl.file_bytes`), under `settings` (default: the config's stage blocks); None where
+        the family does not count them or the geometry is not known yet."""
+        decl = self.decl(model)
+        settings = self._declared_settings(model) if settings is None else settings
+        if decl.file_bytes is None:
+            return None
+        weights_dir = self.root / artifacts.weights_dir(model)
+        try:
+            return decl.hook("file_bytes")(self.config["models"][model]["weights"], weights_dir, settings)
+        except ValueError as e:
+            raise ConfigError(f"models.{model}: {e}") from None
+
+    def _check_file_sizes(self, model: str) -> None:
+        """Refuse, before anything is converted, a layout whose package files the family counts
+        above `max_package_mb` (Core ML loads a package's weights as one file: ~2 GB on macOS,
+        ~1 GB on iOS), naming the key to change; the convert job checks the real file after."""
+        settings = self._declared_settings(model)
+        sizes = self.file_bytes(model, settings) or {}
+        for stage, n in sizes.items():
+            limit = self.convert_options(model, stage)["max_package_mb"]
+            if n <= limit * 1e6:
+                continue
+            decl = self.decl(model).stage(stage)
+            own = self.config["models"][model].get("stages", {}).get(decl.name, {})
+            block = f"models.{model}" if decl.repeat in own else f"families.{self.family_of(model)}"
+            what = f"{stage}'s package would hold {n / 1e6:.0f} MB of weights, above max_package_mb = {limit:g}"
+            if decl.repeat is None:
+                raise ConfigError(f"{block}.stages.{decl.name}.max_package_mb: {what}")
+            count, need = settings[decl.name][decl.repeat], None
+            for k in range(count + 1, 4097):  # the smallest count whose largest file fits, if any does
+                try:
+                    split = self.file_bytes(model, {**settings, decl.name: {**settings[decl.name], decl.repeat: k}})
+                except ConfigError:  # past what the family can split (e.g. one layer per chunk)
+                    break
+                if max(split[f"{decl.name}{i}"] for i in range(k)) <= limit * 1e6:
+                    need = k
+                    break
+            hint = f"; set it to at least {need}" if need else "; no count fits: raise max_package_mb"
+            raise ConfigError(f"{block}.stages.{decl.name}.{decl.repeat} = {count}: {what}{hint}")
 
     # -- names -------------------------------------------------------------------------------
     @property

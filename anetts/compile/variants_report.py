@@ -95,11 +95,7 @@ def variant_totals(name: str, reports: list, packages: list, chain: list, settin
                              "closed_loop_first_divergent_frame": v.get("closed_loop", {}).get("first_divergent_frame")})
     decl = declaration(family) if family else None
     if decl is not None and decl.frame_cost and weights_dir is not None:
-        module, fn = decl.frame_cost.split(":")
-        import importlib
-
-        cost = getattr(importlib.import_module(module), fn)
-        out["frame_cost"] = cost(Path(weights_dir), {s: settings.get(s) for s in weights}, weights)
+        out["frame_cost"] = decl.hook("frame_cost")(Path(weights_dir), {s: settings.get(s) for s in weights}, weights)
     return out
 
 

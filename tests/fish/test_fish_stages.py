@@ -15,7 +15,8 @@ from anetts.compile.scenario_export import compile_module as export_stage
 from anetts.models.fish.stages.chain import play_mil
 from anetts.models.fish.stages.fast_ar import FastARStage
 from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
-from anetts.models.fish.stages.slow_chunk import SlowChunkStage, chunk_bounds
+from anetts.models.fish.config import chunk_bounds
+from anetts.models.fish.stages.slow_chunk import SlowChunkStage
 from anetts.options import ConvertOptions, Gate
 from anetts.verify.metrics import top1_agreement
 from anetts.verify.scenario import per_call_db, record_eager, run_scenario

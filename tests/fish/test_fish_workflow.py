@@ -49,6 +49,41 @@ def test_bad_fish_config_names_the_key(edit, message):
         WorkflowConfig(cfg)
 
 
+def test_a_chunk_count_whose_files_are_too_large_is_refused_before_anything_runs(tmp_path):
+    """fish-s2-pro in 2 chunks puts 18 layers (3.6 GB at fp16) in one file, over macOS's ~2 GB:
+    `snakemake all` stops while reading the config, naming the key, the size and the count that
+    fits, and writes nothing."""
+    cfg = fish_config()
+    cfg["model"] = "fish-s2-pro"
+    cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"] = 2
+    workdir = make_workflow_copy(tmp_path / "wf", cfg)
+    proc = run_snakemake(workdir, "all", check=False)
+    assert proc.returncode != 0
+    assert ("models.fish-s2-pro.stages.slow_chunk.chunks = 2: slow_chunk0's package would hold 3634 MB of "
+            "weights, above max_package_mb = 2048; set it to at least 4") in proc.stderr
+    assert not (workdir / "artifacts").exists()
+    # iOS's ~1 GB per file, set on the family: the shipped 9 chunks are the fewest that fit
+    cfg["families"]["fish"]["stages"]["slow_chunk"]["max_package_mb"] = 1000
+    with pytest.raises(ConfigError, match=re.escape("above max_package_mb = 1000; set it to at least 9")):
+        WorkflowConfig(cfg)
+    cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"] = 9
+    WorkflowConfig(cfg)
+    cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"] = 37
+    with pytest.raises(ConfigError, match=re.escape("stages.slow_chunk.chunks = 37: 37 chunks for 36 layers")):
+        WorkflowConfig(cfg)
+
+
+def test_the_file_sizes_counted_before_converting_are_the_built_ones(fish_build):
+    """What the config check counts per package equals the weight file each package was built with
+    (to within the file's per-tensor headers and the RoPE tables, which it does not count)."""
+    wf = WorkflowConfig(yaml.safe_load((fish_build / "config.yaml").read_text()), root=fish_build)
+    counted = wf.file_bytes(MODEL)
+    assert set(counted) == {"slow_chunk0", "slow_chunk1", "lm_head", "fast_ar"}
+    for stage, n in counted.items():
+        weight_file = fish_build / wf.package(MODEL, stage, "ctx256") / "Data/com.apple.CoreML/weights/weight.bin"
+        assert n <= weight_file.stat().st_size <= 1.03 * n, (stage, n, weight_file.stat().st_size)
+
+
 @pytest.mark.parametrize("model, chunks, codec_buckets", [("fish-tiny", 2, 1), ("fish-s2-pro", 9, 2)])
 def test_dry_run_lists_every_fish_job(tmp_path, model, chunks, codec_buckets):
     cfg = fish_config()

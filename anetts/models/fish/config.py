@@ -181,3 +181,16 @@ def _dims(section: dict, prefix: str, where: str, slow_section: dict) -> ARDims:
         qk_norm=bool(section.get("attention_qk_norm", False)),
         tie_word_embeddings=bool(section.get("tie_word_embeddings", prefix == "text_config")),
     )
+
+
+def chunk_bounds(n_layer: int, n_chunks: int) -> list[tuple[int, int]]:
+    """Contiguous [a, b) ranges, the first ones one layer longer when n_layer % n_chunks != 0."""
+    if not 1 <= n_chunks <= n_layer:
+        raise ValueError(f"{n_chunks} chunks for {n_layer} layers (a chunk holds at least one layer)")
+    q, r = divmod(n_layer, n_chunks)
+    out, a = [], 0
+    for k in range(n_chunks):
+        b = a + q + (k < r)
+        out.append((a, b))
+        a = b
+    return out

@@ -48,5 +48,6 @@ DECLARATION = FamilyDecl(
                      f"{_F}/codec.py", f"{_F}/prompt.py", f"{_F}/sampling.py", f"{_F}/assets.py"),
     frame_cost="anetts.models.fish.frame_cost:variant_frame_cost",
     frame_cost_code=(f"{_F}/frame_cost.py", f"{_F}/config.py"),
+    file_bytes="anetts.models.fish.frame_cost:stage_file_bytes",
     audio=("codec", "audio", 44100),
 )

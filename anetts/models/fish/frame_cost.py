@@ -6,11 +6,14 @@ restricted LM head once, and the fast AR all its layers and its output head once
 `FishConfig`, per weight tensor as Core ML stores it — fp16, or under a variant's compression
 settings (`anetts.compile.compress.resolve_settings`) — so a variant can be projected at S2 Pro
 size without building it. `projection` turns bytes into ms/frame at a fraction of each chip's peak
-memory bandwidth; only a Mac can say how close a real run comes.
+memory bandwidth; only a Mac can say how close a real run comes. `stage_file_bytes` counts the same
+tensors per package file, so the workflow refuses a chunk count whose files are too large before
+anything is converted.
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 FRAME_MS = 2048 / 44100 * 1000  # one frame is 2048 samples at 44.1 kHz: 46.44 ms of audio
 # peak unified-memory bandwidth (GB/s), Apple's published figures per chip
@@ -108,3 +111,45 @@ def variant_frame_cost(weights_dir, settings: dict[str, dict | None], weight_byt
     return {"bytes_per_frame": measured, "total_bytes_per_frame": sum(measured.values()),
             "modelled_bytes_per_frame": frame_bytes(cfg, declared), "effective_bandwidth": EFFECTIVE,
             "projection": projection(measured)}
+
+
+def _known_config(weights: dict, weights_dir: Path):
+    """The model's FishConfig where it is known before the weights job: a synthetic preset's, or the
+    config.json of a local checkpoint or of one already downloaded; else None."""
+    from anetts.models.fish.config import CONFIG_NAME, FishConfig
+    from anetts.models.fish.presets import preset
+
+    if weights["source"] == "synthetic":
+        return FishConfig.from_dict(preset(weights["preset"]).config, f"preset {weights['preset']}")
+    where = Path(weights["path"]).expanduser() if weights["source"] == "local" else Path(weights_dir)
+    return FishConfig.from_json(where / CONFIG_NAME) if (where / CONFIG_NAME).is_file() else None
+
+
+def stage_file_bytes(weights: dict, weights_dir: Path, settings: dict[str, dict]) -> dict[str, int] | None:
+    """Weight bytes of each AR stage's package file (`FamilyDecl.file_bytes`), from the config alone:
+    each slow chunk's layers (and the final norm in the last), the restricted head, the fast AR with
+    its code embedding and output head, at the stage's precision (fp32: 4 bytes, else 2). The codec
+    is not counted (it has no config.json geometry). None: the config is not known yet."""
+    from anetts.models.fish.config import chunk_bounds
+    from anetts.models.fish.family import DECLARATION
+
+    cfg = _known_config(weights, weights_dir)
+    if cfg is None:
+        return None
+    s, f = cfg.slow, cfg.fast
+
+    def stored(stage: str, elements: int) -> int:
+        return elements * (4 if settings[stage].get("precision") == "fp32" else FP16)
+
+    layer = sum(r * c for r, c in _layer_tensors(s)) + _layer_vectors(s)
+    chunks = DECLARATION.stages["slow_chunk"].instances(settings["slow_chunk"])
+    try:
+        bounds = chunk_bounds(s.n_layer, len(chunks))
+    except ValueError as e:
+        raise ValueError(f"stages.slow_chunk.chunks = {len(chunks)}: {e}") from None
+    out = {name: stored("slow_chunk", (b - a) * layer + (s.dim if b == s.n_layer else 0))
+           for name, (a, b) in zip(chunks, bounds)}
+    out["lm_head"] = stored("lm_head", (cfg.n_semantic + 1) * s.dim)
+    fast = f.n_layer * (sum(r * c for r, c in _layer_tensors(f)) + _layer_vectors(f)) + f.dim
+    out["fast_ar"] = stored("fast_ar", fast + 2 * cfg.codebook_size * f.dim)  # + code embedding, output head
+    return out

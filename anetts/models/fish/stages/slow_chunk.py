@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from anetts.models.fish.config import FishConfig
+from anetts.models.fish.config import FishConfig, chunk_bounds
 from anetts.models.fish.loader import load_slow_layers
 from anetts.models.fish.stages.layers import Block, CachedStack, rms_norm
 from anetts.models.fish.weights import read_config
@@ -145,15 +145,3 @@ def chunk_stage_name(index: int) -> str:
     """The one name of chunk `index`: its stage in config, the DAG, packages and the runtime."""
     return f"slow_chunk{index}"
 
-
-def chunk_bounds(n_layer: int, n_chunks: int) -> list[tuple[int, int]]:
-    """Contiguous [a, b) ranges, the first ones one layer longer when n_layer % n_chunks != 0."""
-    if not 1 <= n_chunks <= n_layer:
-        raise ValueError(f"{n_chunks} chunks for {n_layer} layers")
-    q, r = divmod(n_layer, n_chunks)
-    out, a = [], 0
-    for k in range(n_chunks):
-        b = a + q + (k < r)
-        out.append((a, b))
-        a = b
-    return out
