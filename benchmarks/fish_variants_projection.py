@@ -10,6 +10,14 @@ a gate are read from their `.failed.json`. Writes the table as JSON with -o.
 
     snakemake variants -c2 --keep-going --config model=fish-tiny
     python benchmarks/fish_variants_projection.py -o benchmarks/results/fish_variants_projection.json
+
+`--variants FILE` adds the `variants:` of FILE to the config's, as `snakemake --configfile FILE`
+merges them; the slow-AR-only variants (benchmarks/fish_slow_variants.yaml) were measured so:
+
+    snakemake -c2 --keep-going --configfile benchmarks/fish_slow_variants.yaml --config model=fish-tiny \
+        -- artifacts/fish-tiny/variants/fish-slow-{int8,lut6,lut4,int4}/manifest.json
+    python benchmarks/fish_variants_projection.py --variants benchmarks/fish_slow_variants.yaml \
+        -o benchmarks/results/fish_slow_variants_projection.json
 """
 from __future__ import annotations
 
@@ -72,9 +80,13 @@ def main() -> None:
     ap.add_argument("--model", default="fish-tiny", help="the built model whose variants' parity is read")
     ap.add_argument("--root", type=Path, default=REPO / "artifacts")
     ap.add_argument("--at", default="fish-s2-pro", help="preset whose dimensions the bytes are counted at")
+    ap.add_argument("--variants", type=Path, help="a YAML whose `variants:` are added to the config's")
     ap.add_argument("-o", "--output", type=Path)
     args = ap.parse_args()
-    cfg = validate_config(yaml.safe_load(args.config.read_text()))
+    raw = yaml.safe_load(args.config.read_text())
+    if args.variants:
+        raw["variants"] = {**raw.get("variants", {}), **yaml.safe_load(args.variants.read_text())["variants"]}
+    cfg = validate_config(raw)
     vc = VariantConfig(cfg, WorkflowConfig(cfg, root=REPO))
     at = FishConfig.from_dict(preset(args.at).config)
     rows = []
