@@ -45,31 +45,15 @@ def export_base(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> 
     return model_dir(model, root) / "export" / stage / bucket
 
 
-def export_traced(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> Path:
-    """The traced export: one TorchScript (bucketed stage) or a folder of one per function (scenario stage)."""
+def export_files(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> dict[str, Path]:
+    """Every file an export writes, by role, for every stage kind: `functions` (a folder of one
+    TorchScript per function, `<function>.pt`; a stateless bucket's one function is `main`),
+    `scenario` (the calls parity plays: inputs, valid regions and expected outputs per call; a
+    stateless bucket's one call also keeps its traced outputs) and `report`."""
     base = export_base(model, stage, bucket, root)
-    return base.with_name(base.name + (".pt" if kind == "bucketed" else ".functions"))
-
-
-def export_inputs(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> Path:
-    """What parity feeds the package: example inputs, or a scenario (calls, inputs, upstream outputs)."""
-    base = export_base(model, stage, bucket, root)
-    return base.with_name(base.name + (".inputs.npz" if kind == "bucketed" else ".scenario.npz"))
-
-
-def export_files(model: str, stage: str, bucket: str, kind: str = "bucketed", root: Path = ARTIFACTS) -> dict[str, Path]:
-    """Every file an export writes, by role: `traced` (export_traced), `report`, and what parity
-    plays: `example_inputs` + `export_outputs` (eager and traced outputs) of a bucketed stage, or a
-    scenario stage's `scenario` (its calls and upstream's outputs per call)."""
-    base = export_base(model, stage, bucket, root)
-    files = {"traced": export_traced(model, stage, bucket, kind, root),
-             "report": base.with_name(base.name + ".export.json")}
-    if kind == "bucketed":
-        files.update(example_inputs=export_inputs(model, stage, bucket, kind, root),
-                     export_outputs=base.with_name(base.name + ".outputs.npz"))
-    else:
-        files["scenario"] = export_inputs(model, stage, bucket, kind, root)
-    return files
+    return {"functions": base.with_name(base.name + ".functions"),
+            "scenario": base.with_name(base.name + ".scenario.npz"),
+            "report": base.with_name(base.name + ".export.json")}
 
 
 def end_to_end_path(model: str, root: Path = ARTIFACTS) -> Path:
@@ -316,12 +300,10 @@ def rule_patterns() -> dict[str, str]:
     """Every per-job path of rules/*.smk, built by the functions above with the wildcards in
     braces (`{model}`, `{stage}`, `{bucket}`, `{variant}`): the rules use these verbatim."""
     m, s, b, v = "{model}", "{stage}", "{bucket}", "{variant}"
-    bucketed, scenario = export_files(m, s, b, "bucketed"), export_files(m, s, b, "scenario")
+    export = export_files(m, s, b)
     paths = {
         "weights": weights_dir(m), "assets": assets_dir(m), "reference": reference_path(m, b),
-        "export_pt": bucketed["traced"], "example_inputs": bucketed["example_inputs"],
-        "export_outputs": bucketed["export_outputs"], "export_report": bucketed["report"],
-        "export_functions": scenario["traced"], "scenario": scenario["scenario"],
+        "export_functions": export["functions"], "scenario": export["scenario"], "export_report": export["report"],
         "package": package_path(m, s, b), "package_report": package_report(m, s, b), "inspect": inspect_path(m, s, b),
         "parity": parity_path(m, s, b), "parity_arrays": arrays_beside(parity_path(m, s, b)),
         "chain": chain_parity_path(m, b), "end_to_end": end_to_end_path(m),

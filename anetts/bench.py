@@ -168,30 +168,28 @@ def usable_targets(targets, capacity_s: float) -> list[int]:
 # ---------------------------------------------------------------------------------- programs
 
 def example_calls(entry) -> dict[str, dict[str, np.ndarray]]:
-    """Inputs per function of `entry`, from its build's example inputs: a bucketed stage's one set, or
-    the first call of each function in a stateful stage's scenario (timed on a fresh state: a call
+    """Inputs per function of `entry`: the first call of each function in the scenario its parity
+    played (a stateless bucket's one call on its example inputs; timed on a fresh state: a call
     costs the same whatever the state holds)."""
-    path = entry.example_inputs
-    if path is None or not Path(path).is_file():
-        raise BenchError(f"{entry.label}: example inputs {path} are missing (the manifest's example_inputs); "
-                         "the bench times each package on its build's own example inputs")
-    with np.load(path) as z:
-        scenario = "__scenario__" in z.files
-        if not scenario:
-            missing = [t.name for t in entry.inputs if t.name not in z.files]
-            if missing:
-                raise BenchError(f"{entry.label}: {path} lacks inputs {missing}")
-            return {entry.function: {t.name: np.ascontiguousarray(z[t.name]).astype(t.np_dtype, copy=False)
-                                     for t in entry.inputs}}
+    from anetts.verify.parity import ParityError
     from anetts.verify.scenario import load_scenario
 
-    sc, _ = load_scenario(Path(path))
+    path = entry.scenario
+    if path is None or not Path(path).is_file():
+        raise BenchError(f"{entry.label}: its scenario {path} is missing (the manifest's `scenario`); "
+                         "the bench times each package on its build's own example calls")
+    try:
+        sc, _ = load_scenario(Path(path))
+    except (ParityError, KeyError, ValueError) as e:
+        raise BenchError(f"{entry.label}: {path} is not a usable scenario ({e})") from e
     calls = {}
     for c in sc.calls:
         if c.function not in calls:
-            spec = entry.spec(c.function)
-            calls[c.function] = {t.name: np.ascontiguousarray(c.inputs[t.name]).astype(t.np_dtype, copy=False)
-                                 for t in spec.inputs}
+            # a bundle's bucket runs its export's one call under the bundle's name for the bucket
+            name = entry.function if len(sc.functions) == 1 else c.function
+            spec = entry.spec(name)
+            calls[name] = {t.name: np.ascontiguousarray(c.inputs[t.name]).astype(t.np_dtype, copy=False)
+                           for t in spec.inputs}
     return calls
 
 

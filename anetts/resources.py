@@ -59,12 +59,11 @@ class RuleSpec:
 RULES: dict[str, RuleSpec] = {
     "weights": RuleSpec(2, None, ()),
     "reference": RuleSpec(2, "bucket", ("bucket",)),
-    "export": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
+    "export": RuleSpec(1, "bucket", ("stage", "bucket")),
     "convert": RuleSpec(1, "bucket", ("stage", "bucket")),
     "parity": RuleSpec(2, "bucket", ("stage", "bucket")),
     "bundle": RuleSpec(1, "stage", ("stage",), "bucketed"),
     "bundle_parity": RuleSpec(2, "stage", ("stage",), "bucketed"),
-    "export_scenario": RuleSpec(1, "bucket", ("stage", "bucket"), "scenario"),
     "chain_parity": RuleSpec(2, "bucket", ("bucket",), "chain"),
     "end_to_end": RuleSpec(2, "packages", (), "end_to_end"),
     "parity_summary": RuleSpec(1, "packages", ()),

@@ -125,10 +125,9 @@ class VariantConfig:
         return [n for n in self.in_all() if self.applies(model, n)]
 
     # -- rule inputs -------------------------------------------------------------------------
-    def code(self, model: str, stage: str) -> list[str]:
-        scoring = (["scenario_parity.py", "scenario.py"] if self.wf.stage_kind(model, stage) == "scenario" else [])
-        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "compile" / "inspect.py", _PKG / "verify" / "parity.py",
-                             _PKG / "verify" / "metrics.py", *(_PKG / "verify" / f for f in scoring)])
+    def code(self) -> list[str]:
+        # scored as rule parity scores the package (WF.parity_code: every export is a scenario)
+        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "compile" / "inspect.py", *self.wf.parity_code()])
 
     def compressed(self, model: str, name: str, stage: str) -> bool:
         return stage in self.stages(model, name)

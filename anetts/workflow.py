@@ -182,11 +182,6 @@ class WorkflowConfig:
         """Every stage any model of the config builds (repeated stages as their instances)."""
         return sorted({s for m in self.model_names for s in self.stages(m)})
 
-    def stage_regex(self, kind: str) -> str:
-        """Wildcard constraint matching the stages of one kind (rules differ per kind); never-matching if none."""
-        names = sorted({s for m in self.model_names for s in self.stages(m) if self.decl(m).stage(s).kind == kind})
-        return "|".join(names) if names else "(?!)"
-
     def family_of(self, model: str) -> str:
         return self.config["models"][model]["family"]
 
@@ -269,7 +264,9 @@ class WorkflowConfig:
 
     def stage_code(self, model: str, stage: str) -> list[str]:
         st = self.decl(model).stage(stage)
-        return self._rel([*st.source_paths(), _PKG / "compile" / "trace.py", _PKG / "stage.py"])
+        # the one export path of every stage kind (compile/scenario_export.py's export_bucket)
+        return self._rel([*st.source_paths(), _PKG / "compile" / "trace.py", _PKG / "compile" / "scenario_export.py",
+                          _PKG / "verify" / "scenario.py", _PKG / "stage.py"])
 
     def reference_code(self, model: str) -> list[str]:
         return self._rel([*self.decl(model).reference_paths(), _PKG / "compile" / "trace.py"])
@@ -291,13 +288,12 @@ class WorkflowConfig:
     def assets_code(self, model: str) -> list[str]:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
-    def parity_code(self, model: str | None = None, stage: str | None = None) -> list[str]:
-        """The verifying code and the executors it runs packages on; a scenario stage's also plays its
-        scenario (verify/scenario*.py)."""
-        scenario = stage is not None and self.stage_kind(model, stage) == "scenario"
+    def parity_code(self) -> list[str]:
+        """The verifying code and the executors it runs packages on: every export is a scenario
+        (verify/scenario*.py), a stateless bucket's of one call (verify/parity.py)."""
         return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
                           _PKG / "options.py", _PKG / "runtime" / "runners.py",
-                          *((_PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py") if scenario else ())])
+                          _PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py"])
 
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
@@ -343,15 +339,15 @@ class WorkflowConfig:
     def bundle_reports(self, model: str) -> list[str]:
         return [str(artifacts.bundle_report(model, s)) for s in self.bundled_stages(model)]
 
-    def example_inputs(self, model: str) -> list[str]:
-        """Per package, what its parity ran on: the example inputs, or a scenario stage's calls."""
-        return [str(artifacts.export_inputs(model, s, b, self.stage_kind(model, s)))
+    def scenarios(self, model: str) -> list[str]:
+        """Per package, the calls its parity played (its export's scenario)."""
+        return [str(artifacts.export_files(model, s, b)["scenario"])
                 for s in self.stages(model) for b in self.buckets(model, s)]
 
     def manifested_outputs(self, model: str) -> list[str]:
         """Every build output the manifest lists a file of. Targets of `all` too: Snakemake does not
         rebuild a deleted input of an output it judges up to date (the manifest), only a missing target."""
-        return [*self.packages(model), *self.torchscripts(model), *self.example_inputs(model), *self.bundles(model),
+        return [*self.packages(model), *self.torchscripts(model), *self.scenarios(model), *self.bundles(model),
                 str(artifacts.assets_dir(model))]
 
     def bundle_parity_reports(self, model: str) -> list[str]:
@@ -441,20 +437,12 @@ class WorkflowConfig:
         return [str(artifacts.package_path(model, s, b)) for s in self.stages(model) for b in self.buckets(model, s)]
 
     def export_files(self, model: str, stage: str, bucket: str) -> dict[str, str]:
-        """The files of one export, by role (artifacts.export_files): the stage's kind says which."""
-        return {k: str(p) for k, p in artifacts.export_files(model, stage, bucket, self.stage_kind(model, stage)).items()}
-
-    def verify_inputs(self, model: str, stage: str, bucket: str) -> dict[str, str]:
-        """What a package is verified against (rules parity, compress): its export minus the trace,
-        under the role names the scripts read (`export_report`, `example_inputs`, `scenario`, ...)."""
-        files = self.export_files(model, stage, bucket)
-        files.pop("traced")
-        files["export_report"] = files.pop("report")
-        return files
+        """The files of one export, by role (artifacts.export_files), for rules that read other buckets'."""
+        return {k: str(p) for k, p in artifacts.export_files(model, stage, bucket).items()}
 
     def torchscripts(self, model: str) -> list[str]:
-        """Per package, its traced export (a scenario stage's: a folder with one TorchScript per function)."""
-        return [str(artifacts.export_traced(model, s, b, self.stage_kind(model, s)))
+        """Per package, its traced export: a folder with one TorchScript per function."""
+        return [str(artifacts.export_files(model, s, b)["functions"])
                 for s in self.stages(model) for b in self.buckets(model, s)]
 
     # -- Core AI assets (rules/aimodel.smk) ---------------------------------------------------
@@ -474,7 +462,8 @@ class WorkflowConfig:
 
     def aimodel_code(self, model: str, stage: str) -> list[str]:
         # the asset is a fresh torch.export of the stage wrapper, so the stage's code is an input
-        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py", _PKG / "compile" / "stamp.py"])
+        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py", _PKG / "compile" / "stamp.py",
+                          _PKG / "verify" / "parity.py"])
 
     def aimodel_parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "aimodel_parity.py", *self.parity_code()])

@@ -33,6 +33,7 @@ from anetts import artifacts  # noqa: E402
 from anetts.families import get_family  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.verify.fp16_compare import compare_executors, op_probe, _snr  # noqa: E402
+from anetts.verify.parity import load_export_call  # noqa: E402
 
 # ops whose fp16 reductions Apple's Linux runtime accumulates in fp16 (see the op probe)
 FP16_ACCUMULATED = ("linear", "matmul", "conv_transpose", "lstm")
@@ -47,11 +48,8 @@ def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: s
     root = workdir / "artifacts"
     stage = family.stage(stage_name)
     spec = stage.spec(size)
-    base = artifacts.export_base(model_name, stage_name, bucket, root)
-    with np.load(f"{base}.inputs.npz") as z:
-        inputs = {k: z[k] for k in z.files}
-    with np.load(f"{base}.outputs.npz") as z:
-        reference = tuple(z[f"eager/{t.name}"] for t in spec.outputs)
+    inputs, eager, _ = load_export_call(artifacts.export_files(model_name, stage_name, bucket, root)["scenario"], spec)
+    reference = tuple(eager[t.name] for t in spec.outputs)
     regions = stage.valid_regions(inputs)
     wrapper = stage.build(model).eval()
     args = tuple(torch.from_numpy(inputs[t.name]) for t in spec.inputs)

@@ -38,21 +38,21 @@ def _child(step: str, weights: Path, out: Path, size: int) -> dict:
         from anetts.compile.trace import export_stage
         from anetts.families import get_family
 
-        r = export_stage(get_family("fish"), "codec", size, weights, out / "c.pt", out / "c.inputs.npz",
-                         out / "c.export.json", out / "c.outputs.npz")
+        r = export_stage(get_family("fish"), "codec", size, weights, out / "c.functions", out / "c.scenario.npz",
+                         out / "c.export.json")
         return {"seconds": r["seconds"], "valid_regions": r["valid_regions"]}
     if step == "convert":
         from anetts.compile.convert import ConvertOptions, convert_package
 
         opts = ConvertOptions.make(deployment_target="macOS15", precision="fp16", compute_units="CPU_AND_GPU")
-        r = convert_package(out / "c.pt", out / "c.export.json", out / "c.mlpackage", out / "c.json", opts,
+        r = convert_package(out / "c.functions", out / "c.export.json", out / "c.mlpackage", out / "c.json", opts,
                             {"model": "fish-s2-pro", "family": "fish"})
         return {"bytes": r["bytes"], "seconds": r["seconds"]}
     if step == "parity":
         from anetts.options import Gate
         from anetts.verify.parity import run_parity
 
-        r = run_parity(out / "c.mlpackage", out / "c.inputs.npz", out / "c.outputs.npz", out / "c.export.json", Gate.make())
+        r = run_parity(out / "c.mlpackage", out / "c.scenario.npz", out / "c.export.json", Gate.make())
         mil = r["backends"]["mil"]
         return {"passed": r["passed"], "mil_min_snr_db": mil["min_snr_db"], "mil_seconds": round(mil["seconds"], 3)}
     raise ValueError(f"unknown step {step!r}")

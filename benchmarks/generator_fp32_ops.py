@@ -2,7 +2,7 @@
 """Which ops the generator needs in fp32: convert one export per `fp32_ops` variant, gate it, compare.
 
 For each bucket and variant, the generator export already in artifacts/<model>/export/ (build it with
-`snakemake artifacts/<model>/export/generator/<b>s.pt --config model=<model>`) is converted with
+`snakemake artifacts/<model>/export/generator/<b>s.scenario.npz --config model=<model>`) is converted with
 the project's own `convert_package` (stage options from config.yaml, `fp32_ops` replaced by the
 variant's list, `precision` fp32 for the variant `fp32`), then scored with the parity job's
 `run_parity` (MIL executor vs the export's eager fp32 outputs). Per row: worst-output SNR, package
@@ -61,9 +61,9 @@ def measure(model: str, bucket: int, variant: str, work: Path) -> dict:
     out = work / f"{b}-{variant}"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rep = convert_package(ex / f"{b}.pt", ex / f"{b}.export.json", out / "g.mlpackage", out / "g.json", options,
+    rep = convert_package(ex / f"{b}.functions", ex / f"{b}.export.json", out / "g.mlpackage", out / "g.json", options,
                           {"model": model}, out_inspect=out / "inspect.json")
-    par = run_parity(out / "g.mlpackage", ex / f"{b}.inputs.npz", ex / f"{b}.outputs.npz", ex / f"{b}.export.json",
+    par = run_parity(out / "g.mlpackage", ex / f"{b}.scenario.npz", ex / f"{b}.export.json",
                      Gate.make())
     info = json.loads((out / "inspect.json").read_text(encoding="utf-8"))["functions"]["main"]
     return {

@@ -10,7 +10,7 @@ channels with std 0.003) and its phase tail (sin of conv_post's phase channels) 
 Keeps the test program's vars in memory: use a short bucket.
 
     nice python benchmarks/mil_precision_profile.py TEST.mlpackage REF.mlpackage \\
-        artifacts/kokoro-82m-onnx/export/generator/3s.inputs.npz -o profile.json [--below 60]
+        artifacts/kokoro-82m-onnx/export/generator/3s.scenario.npz -o profile.json [--below 60]
 """
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ def snr_db(ref: torch.Tensor, test: torch.Tensor) -> float:
     return round(10 * np.log10(sig / err), 2) if err > 0 and sig > 0 else 200.0
 
 
-def profile(test_pkg: Path, ref_pkg: Path, inputs_npz: Path) -> list[dict]:
-    with np.load(inputs_npz) as z:
-        inputs = {k: z[k] for k in z.files}
+def profile(test_pkg: Path, ref_pkg: Path, scenario_npz: Path) -> list[dict]:
+    from anetts.verify.scenario import load_scenario
+
+    inputs = dict(load_scenario(scenario_npz)[0].calls[0].inputs)  # the export's one call
     test = load_program(test_pkg)
     ft = test._fn(None)  # executor internals: this is a debugging tool, as MilProgram.run_all is
     with torch.inference_mode():
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("test", type=Path)
     ap.add_argument("reference", type=Path)
-    ap.add_argument("inputs", type=Path, help="the export's example inputs (.inputs.npz)")
+    ap.add_argument("inputs", type=Path, help="the export's scenario (.scenario.npz): its one call's inputs")
     ap.add_argument("--below", type=float, default=200.0, help="print only vars below this SNR (dB)")
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)

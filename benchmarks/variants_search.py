@@ -49,9 +49,8 @@ def _paths(root: Path, model: str, stage: str, bucket: str) -> dict:
     mdir = artifacts.model_dir(model, root)
     return {"base": mdir / "packages" / stage / f"{bucket}.mlpackage",
             "base_report": mdir / "packages" / stage / f"{bucket}.json",
-            "inputs": mdir / "export" / stage / f"{bucket}.inputs.npz",
-            "outputs": mdir / "export" / stage / f"{bucket}.outputs.npz",
-            "export_report": mdir / "export" / stage / f"{bucket}.export.json",
+            "scenario": artifacts.export_files(model, stage, bucket, root)["scenario"],
+            "export_report": artifacts.export_files(model, stage, bucket, root)["report"],
             "parity": mdir / "parity" / stage / f"{bucket}.json"}
 
 
@@ -123,7 +122,7 @@ def run_trial(root: Path, model: str, trial: dict) -> dict:
         pkg = Path(tmp) / f"{bucket}.mlpackage"
         mlmodel.save(str(pkg))
         stabilize_package(pkg)
-        report = run_parity(pkg, p["inputs"], p["outputs"], p["export_report"], gate)
+        report = run_parity(pkg, p["scenario"], p["export_report"], gate)
         nbytes, wbytes = C._bytes(pkg), C._weight_bytes(pkg)
     mil = report["backends"]["mil"]
     base_bytes = C._bytes(p["base"])
@@ -153,15 +152,13 @@ def swap_sensitivity(root: Path, model: str, stage: str, preset: str) -> list[di
     import torch
 
     from anetts.mil import load_program
-    from anetts.verify.parity import Gate, _score, load_export_outputs, read_export_report
+    from anetts.verify.parity import Gate, _score, load_export_call, read_export_report
 
     bucket = BUCKETS[stage]
     p = _paths(root, model, stage, bucket)
     settings = C.resolve_settings(INT8 if preset == "int8" else LUT[int(preset.removeprefix("lut"))], "sensitivity")
     spec, regions, _ = read_export_report(p["export_report"])
-    with np.load(p["inputs"]) as z:
-        inputs = {k: z[k] for k in z.files}
-    reference, _ = load_export_outputs(p["outputs"], spec)
+    inputs, reference, _ = load_export_call(p["scenario"], spec)
     gate = Gate.make(min_snr_db=35, min_exact_fraction=0.95)
     base = load_program(p["base"])
     with tempfile.TemporaryDirectory(prefix="variants_search_") as tmp:
@@ -223,15 +220,13 @@ def kmeans_check(root: Path, model: str, stage: str, names: list[str], nbits: in
     import torch
 
     from anetts.mil import load_program
-    from anetts.verify.parity import Gate, _score, load_export_outputs, read_export_report
+    from anetts.verify.parity import Gate, _score, load_export_call, read_export_report
 
     ct = C._ct()
     p = _paths(root, model, stage, BUCKETS[stage])
     base = p["base"]
     spec_, regions, _ = read_export_report(p["export_report"])
-    with np.load(p["inputs"]) as z:
-        inputs = {k: z[k] for k in z.files}
-    reference, _ = load_export_outputs(p["outputs"], spec_)
+    inputs, reference, _ = load_export_call(p["scenario"], spec_)
     gate = Gate.make(min_snr_db=35, min_exact_fraction=0.95)
     prog_x = load_program(base)
     steps = prog_x._fn(None).steps

@@ -6,8 +6,7 @@ rule aimodel:
     """
     input:
         weights=PATHS["weights"],
-        example_inputs=PATHS["example_inputs"],
-        export_outputs=PATHS["export_outputs"],
+        scenario=PATHS["scenario"],
         export_report=PATHS["export_report"],
         code=lambda w: WF.aimodel_code(w.model, w.stage),
     output:
@@ -37,8 +36,7 @@ rule aimodel_parity:
     input:
         asset=PATHS["aimodel"],
         asset_report=PATHS["aimodel_report"],
-        example_inputs=PATHS["example_inputs"],
-        export_outputs=PATHS["export_outputs"],
+        scenario=PATHS["scenario"],
         export_report=PATHS["export_report"],
         code=WF.aimodel_parity_code(),
     output:

@@ -32,8 +32,8 @@ rule bundle_parity:
     """Each bundle function against the upstream eager output stored by its bucket's parity job."""
     input:
         bundle=PATHS["bundle"],
-        example_inputs=lambda w: [
-            WF.export_files(w.model, w.stage, b)["example_inputs"]
+        scenarios=lambda w: [
+            WF.export_files(w.model, w.stage, b)["scenario"]
             for b in WF.buckets(w.model, w.stage)
         ],
         export_reports=lambda w: [

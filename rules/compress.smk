@@ -17,12 +17,13 @@ rule compress:
     copy of the weights), kept only if it passes the variant's gate: scored as rule `parity`
     scores the package (one call, or the stage's scenario)."""
     input:
-        unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
+        scenario=PATHS["scenario"],
+        export_report=PATHS["export_report"],
         base_package=PATHS["package"],
         base_report=PATHS["package_report"],
         # only a package that passed its own gate is compressed
         base_parity=PATHS["parity"],
-        code=lambda w: VC.code(w.model, w.stage),
+        code=VC.code(),
     output:
         package=directory(PATHS["variant_package"]),
         report=PATHS["variant_report"],
@@ -86,6 +87,7 @@ rule variant_manifest:
         reports=lambda w: VC.package_reports(w.model, w.variant),
         packages=lambda w: VC.packages(w.model, w.variant),
         torchscripts=lambda w: WF.torchscripts(w.model),
+        scenarios=lambda w: WF.scenarios(w.model),
         parity=lambda w: VC.parity_reports(w.model, w.variant),
         chain=lambda w: VC.chain_reports(w.model, w.variant),
         assets=PATHS["assets"],

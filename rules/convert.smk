@@ -3,7 +3,7 @@ rule convert:
     its inspect JSON: one function, or a scenario stage's functions merged into one multifunction
     package sharing weights and fp16 states."""
     input:
-        traced=lambda w: WF.export_files(w.model, w.stage, w.bucket)["traced"],
+        functions=PATHS["export_functions"],
         export_report=PATHS["export_report"],
         code=WF.convert_code(),
     output:

@@ -10,7 +10,7 @@ rule manifest:
         bundles=lambda w: WF.bundles(w.model),
         bundle_reports=lambda w: WF.bundle_reports(w.model),
         bundle_parity=lambda w: WF.bundle_parity_reports(w.model),
-        example_inputs=lambda w: WF.example_inputs(w.model),
+        scenarios=lambda w: WF.scenarios(w.model),
         assets=PATHS["assets"],
         # the compiled chain's gate, for families that declare one
         chain=lambda w: WF.chain_reports(w.model),

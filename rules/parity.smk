@@ -5,9 +5,10 @@ rule parity:
     the state carried, each call against upstream, logits also by top-1 agreement.
     """
     input:
-        unpack(lambda w: WF.verify_inputs(w.model, w.stage, w.bucket)),
+        scenario=PATHS["scenario"],
+        export_report=PATHS["export_report"],
         package=PATHS["package"],
-        code=lambda w: WF.parity_code(w.model, w.stage),
+        code=WF.parity_code(),
     output:
         report=PATHS["parity"],
         arrays=PATHS["parity_arrays"],
@@ -101,7 +102,7 @@ rule end_to_end:
         torchscripts=lambda w: WF.torchscripts(w.model),
         # only packages that passed their own gates are composed
         parity=lambda w: WF.parity_reports(w.model),
-        example_inputs=lambda w: WF.example_inputs(w.model),
+        scenarios=lambda w: WF.scenarios(w.model),
         assets=PATHS["assets"],
         code=lambda w: WF.end_to_end_code(w.model),
     output:

@@ -53,7 +53,9 @@ def test_inspect_of_a_truncated_package_says_so(built_workflow, tmp_path, capsys
 
 def test_run_mil_rejects_non_finite_inputs_naming_them(built_workflow, tmp_path, capsys):
     model_dir = _model_dir(built_workflow)
-    inputs = dict(np.load(model_dir / "export" / "duration" / "t32.inputs.npz"))
+    from anetts.verify.scenario import load_scenario
+
+    inputs = dict(load_scenario(model_dir / "export" / "duration" / "t32.scenario.npz")[0].calls[0].inputs)
     inputs["speed"] = np.full_like(inputs["speed"], np.nan)  # ran to pred_dur=-2147483648 before
     bad = tmp_path / "nan.npz"
     np.savez(bad, **inputs)
@@ -82,7 +84,7 @@ def test_kokoro_refuses_fish_options_naming_them(built_workflow, tmp_path, capsy
 
 
 @pytest.mark.parametrize("offset, says", [(1, "is newer than this anetts reads"),
-                                           (-1, "is older than this anetts reads (3); rebuild the model")])
+                                           (-1, "is older than this anetts reads (4); rebuild the model")])
 def test_a_manifest_of_another_version_is_refused(built_workflow, tmp_path, capsys, offset, says):
     from anetts.runtime.manifest import MANIFEST_VERSION
 

@@ -17,8 +17,8 @@ META = {"model": "kokoro-tiny", "family": "kokoro", "source": "synthetic", "revi
 @pytest.fixture(scope="module")
 def exported_duration(tiny_weights, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("export")
-    export_stage(FAMILY, "duration", 32, tiny_weights, out / "t32.pt", out / "t32.inputs.npz", out / "t32.export.json",
-                 out / "t32.outputs.npz", model=tiny_model)
+    export_stage(FAMILY, "duration", 32, tiny_weights, out / "t32.functions", out / "t32.scenario.npz",
+                 out / "t32.export.json", model=tiny_model)
     return out
 
 
@@ -28,9 +28,16 @@ def test_export_writes_checked_trace(exported_duration):
     assert set(report["trace_vs_eager"]) == {"pred_dur", "d", "t_en", "s", "ref_s_out"}
     import numpy as np
 
-    with np.load(exported_duration / "t32.outputs.npz") as z:  # parity's reference, stored once
-        assert set(z.files) == {f"{k}/{n}" for k in ("eager", "traced") for n in report["trace_vs_eager"]}
-        assert (z["eager/pred_dur"] == z["traced/pred_dur"]).all()
+    from anetts.verify.scenario import load_scenario, load_traced
+
+    # parity's reference, stored once: a one-call scenario of `main`, eager and traced outputs kept
+    scenario, expected = load_scenario(exported_duration / "t32.scenario.npz")
+    traced = load_traced(exported_duration / "t32.scenario.npz")
+    assert [c.function for c in scenario.calls] == ["main"]
+    assert set(scenario.calls[0].inputs) == {t["name"] for t in report["spec"]["inputs"]}
+    assert set(expected[0]) == set(traced[0]) == set(report["trace_vs_eager"])
+    assert (expected[0]["pred_dur"] == traced[0]["pred_dur"]).all()
+    assert [p.name for p in (exported_duration / "t32.functions").iterdir()] == ["main.pt"]
 
 
 def test_trace_mismatch_fails_and_leaves_nothing(tiny_weights, tiny_model, tmp_path, monkeypatch):
@@ -52,8 +59,8 @@ def test_trace_mismatch_fails_and_leaves_nothing(tiny_weights, tiny_model, tmp_p
 
     monkeypatch.setattr(stage, "build", unstable)
     with pytest.raises(ExportError, match="traced output d differs"):
-        export_stage(FAMILY, "duration", 32, tiny_weights, tmp_path / "t32.pt", tmp_path / "t32.inputs.npz",
-                     tmp_path / "t32.export.json", tmp_path / "t32.outputs.npz", model=tiny_model)
+        export_stage(FAMILY, "duration", 32, tiny_weights, tmp_path / "t32.functions", tmp_path / "t32.scenario.npz",
+                     tmp_path / "t32.export.json", model=tiny_model)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -67,7 +74,7 @@ def test_failed_conversion_leaves_no_package(exported_duration, tmp_path, monkey
     pkg, report = tmp_path / "t32.mlpackage", tmp_path / "t32.json"
     pkg.mkdir()  # a stale package from an earlier build must not survive either
     with pytest.raises(ConversionError, match="duration/t32.*new_ones"):
-        convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", pkg, report,
+        convert_package(exported_duration / "t32.functions", exported_duration / "t32.export.json", pkg, report,
                         ConvertOptions.make(), META)
     assert not pkg.exists() and not report.exists()
 
@@ -79,12 +86,12 @@ def test_save_failure_half_way_leaves_no_package(exported_duration, tmp_path, mo
     monkeypatch.setattr(convert_mod, "_check_io", broken_check)
     pkg, report = tmp_path / "t32.mlpackage", tmp_path / "t32.json"
     with pytest.raises(ConversionError):
-        convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", pkg, report,
+        convert_package(exported_duration / "t32.functions", exported_duration / "t32.export.json", pkg, report,
                         ConvertOptions.make(), META)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_unknown_deployment_target_is_an_error(exported_duration, tmp_path):
     with pytest.raises(ConversionError, match="deployment target 'macOS9'"):
-        convert_package(exported_duration / "t32.pt", exported_duration / "t32.export.json", tmp_path / "p.mlpackage",
+        convert_package(exported_duration / "t32.functions", exported_duration / "t32.export.json", tmp_path / "p.mlpackage",
                         tmp_path / "p.json", ConvertOptions.make(deployment_target="macOS9"), META)

@@ -43,16 +43,16 @@ def f0ntrain_packages(tiny_weights, tiny_model, tmp_path_factory):
         perturbed.predictor.F0_proj.weight.mul_(1.3)
         perturbed.predictor.N_proj.weight.mul_(1.3)
     for name, model in (("good", tiny_model), ("bad", perturbed)):
-        export_stage(FAMILY, "f0ntrain", 3, tiny_weights, out / f"{name}.pt", out / f"{name}.inputs.npz",
-                     out / f"{name}.export.json", out / f"{name}.outputs.npz", model=model, reference=out / "ref.npz")
-        convert_package(out / f"{name}.pt", out / f"{name}.export.json", out / f"{name}.mlpackage",
+        export_stage(FAMILY, "f0ntrain", 3, tiny_weights, out / f"{name}.functions", out / f"{name}.scenario.npz",
+                     out / f"{name}.export.json", model=model, reference=out / "ref.npz")
+        convert_package(out / f"{name}.functions", out / f"{name}.export.json", out / f"{name}.mlpackage",
                         out / f"{name}.json", ConvertOptions.make(), META)
     return out
 
 
 def _parity(d, package: str):
     """Score a package against the good export's eager reference (what the DAG's parity job does)."""
-    return run_parity(d / package, d / "good.inputs.npz", d / "good.outputs.npz", d / "good.export.json", Gate.make())
+    return run_parity(d / package, d / "good.scenario.npz", d / "good.export.json", Gate.make())
 
 
 def test_good_package_passes_gate(f0ntrain_packages, tmp_path):

@@ -212,7 +212,7 @@ def job_times(workdir: Path, output: str) -> tuple[float, float]:
 def test_memory_cap_serializes_jobs_and_the_table_is_derived_from_their_benchmarks(workflow_copy, tmp_path):
     """Two 1-thread exports on 2 cores would run together; a cap that fits one at a time must
     run them one after the other. Their benchmark files then yield the table's points."""
-    targets = [f"artifacts/kokoro-tiny/export/duration/{b}.pt" for b in ("t32", "t64")]
+    targets = [f"artifacts/kokoro-tiny/export/duration/{b}.scenario.npz" for b in ("t32", "t64")]
     run_snakemake(workflow_copy, *targets, "--set-resources", "export:mem_mb=1000", "weights:mem_mb=1000", "--resources", "mem_mb=1500")
     (s1, e1), (s2, e2) = sorted(job_times(workflow_copy, t) for t in targets)
     assert e1 <= s2, "the memory cap let two 1000 MB jobs run at once under mem_mb=1500"
@@ -229,6 +229,7 @@ def test_memory_cap_serializes_jobs_and_the_table_is_derived_from_their_benchmar
     pts = sorted(entry["export"]["duration"], key=lambda p: p["x"])
     assert [p["x"] for p in pts] == [32, 64] and all(p["max_rss_mib"] > 50 and p["s"] > 0 for p in pts)
     export_dir = workflow_copy / "artifacts" / "kokoro-tiny" / "export" / "duration"
-    written = sum(f.stat().st_size for f in export_dir.glob("t32.*")) / resources.MIB
+    written = sum(f.stat().st_size for f in export_dir.glob("t32.*") if f.is_file()) / resources.MIB
+    written += sum(f.stat().st_size for f in (export_dir / "t32.functions").rglob("*") if f.is_file()) / resources.MIB
     assert pts[0]["out_mib"] == pytest.approx(written, rel=1e-3)
     assert entry["weights"]["*"][0]["x"] is None

@@ -9,5 +9,5 @@ from anetts.families import get_family
 
 inp, out = snakemake.input, snakemake.output
 convert_stage(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size, inp.weights,
-              inp.example_inputs, inp.export_outputs, inp.export_report, out.asset, out.report,
+              inp.scenario, inp.export_report, out.asset, out.report,
               snakemake.params.precision, dict(snakemake.params.model_meta))

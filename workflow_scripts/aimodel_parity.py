@@ -8,6 +8,6 @@ from anetts.verify.aimodel_parity import run_aimodel_parity
 from anetts.verify.parity import Gate, check_parity
 
 inp = snakemake.input
-report = run_aimodel_parity(inp.asset, inp.example_inputs, inp.export_outputs, inp.export_report,
+report = run_aimodel_parity(inp.asset, inp.scenario, inp.export_report,
                             Gate(**snakemake.params.gate), asset_report=inp.asset_report)
 check_parity(report, snakemake.output.report, snakemake.output.arrays)

@@ -8,4 +8,4 @@ from anetts.verify.parity import Gate, check_bundle_parity
 
 inp = snakemake.input
 check_bundle_parity(snakemake.wildcards.stage, list(snakemake.params.buckets), inp.bundle, list(inp.export_reports),
-                    list(inp.example_inputs), list(inp.reference_arrays), Gate.make(**snakemake.params.gate), snakemake.output[0])
+                    list(inp.scenarios), list(inp.reference_arrays), Gate.make(**snakemake.params.gate), snakemake.output[0])

@@ -4,16 +4,18 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake, coremltools=True)
-from anetts.compile.compress import bucketed_scorer, compress_and_gate, scenario_scorer
+from anetts.compile.compress import compress_and_gate
 from anetts.options import Gate
+from anetts.verify.parity import score_export
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 gate = Gate.make(**p.gate)
-if "scenario" in inp.keys():  # a scenario stage: the package plays its scenario
-    score = scenario_scorer(inp.scenario, inp.export_report, gate, compute_units=p.compute_units)
-else:
-    score = bucketed_scorer(inp.example_inputs, inp.export_outputs, inp.export_report, gate,
-                            compute_units=p.compute_units)
+
+
+def score(package):
+    return score_export(package, inp.scenario, inp.export_report, gate, compute_units=p.compute_units)
+
+
 try:
     compress_and_gate(snakemake.wildcards.stage, inp.base_package, inp.base_report, dict(p.settings), gate, score,
                       out.package, out.report, out.parity, snakemake.wildcards.variant,

@@ -33,6 +33,7 @@ from anetts.provenance import provenance
 from anetts.runtime.runners import AIModelError, asset_summary, run_asset  # noqa: F401 - AIModelError, run_asset re-exported
 from anetts.runtime.runners import asset_io as function_io
 from anetts.stage import BucketSpec, Family
+from anetts.verify.parity import load_export_call
 
 log = logging.getLogger(__name__)
 
@@ -164,17 +165,12 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
     return report
 
 
-def load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as z:
-        return {k: z[k] for k in z.files}
-
-
-def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path, example_inputs: Path,
-                  export_outputs: Path, export_report: Path, out_asset: Path, out_report: Path,
+def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path, scenario: Path,
+                  export_report: Path, out_asset: Path, out_report: Path,
                   precision: str, model_meta: dict, model=None) -> dict:
-    """The stage at one bucket from the export folder (`anetts.compile.trace` output) to an asset.
+    """The stage at one bucket from its export (`anetts.compile.trace` output) to an asset.
 
-    The rebuilt wrapper must reproduce the export's stored eager outputs on its example inputs:
+    The rebuilt wrapper must reproduce the export's stored eager outputs on its one call's inputs:
     otherwise the weights or the stage code changed since the export and the two formats would
     not be the same model.
     """
@@ -186,8 +182,7 @@ def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
     exported = BucketSpec.from_json(json.loads(Path(export_report).read_text(encoding="utf-8"))["spec"])
     if exported != spec:
         raise AIModelError(f"{export_report}: export spec {exported.bucket} does not match {stage_name} at size {size}; re-run the export")
-    inputs = load_npz(example_inputs)
-    stored = load_npz(export_outputs)
+    inputs, stored, _ = load_export_call(scenario, spec)
     model = model if model is not None else family.load_model(weights_dir, stage_name)
     wrapper = stage.build(model).eval()
     args = tuple(torch.from_numpy(inputs[t.name]) for t in spec.inputs)
@@ -195,10 +190,7 @@ def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
         eager = wrapper(*args)
     eager = eager if isinstance(eager, tuple) else (eager,)
     for t, e in zip(spec.outputs, eager):
-        key = f"eager/{t.name}"
-        if key not in stored:
-            raise AIModelError(f"{export_outputs}: lacks {key}; re-run the export")
-        ref = stored[key].astype(np.float64)
+        ref = stored[t.name].astype(np.float64)
         diff = float(np.abs(e.double().numpy() - ref).max())
         if not np.isfinite(diff) or diff > TRACE_REL_TOL * (float(np.abs(ref).max()) or 1.0):
             raise AIModelError(f"{stage_name}/{spec.bucket}: rebuilt wrapper's {t.name} differs from the export's eager "

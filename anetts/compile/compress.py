@@ -252,30 +252,11 @@ def compress_model(base_package: Path, settings: dict, where: str):
     return out, gained
 
 
-def bucketed_scorer(example_inputs: Path, export_outputs: Path, export_report: Path, gate,
-                    compute_units: str = "CPU_AND_GPU") -> Callable[[Path], dict]:
-    """A bucketed stage's package scored as rule `parity` scores it (SNR per output vs upstream)."""
-    from anetts.verify.parity import run_parity
-
-    def score(package: Path) -> dict:
-        return run_parity(package, example_inputs, export_outputs, export_report, gate, compute_units=compute_units)
-    return score
-
-
-def scenario_scorer(scenario: Path, export_report: Path, gate, compute_units: str = "CPU_AND_GPU") -> Callable[[Path], dict]:
-    """A scenario stage's package scored as rule `parity` scores it (per call, and top-1
-    agreement of its logits over the whole scenario)."""
-    from anetts.verify.scenario_parity import run_scenario_parity
-
-    def score(package: Path) -> dict:
-        return run_scenario_parity(package, scenario, export_report, gate, compute_units=compute_units)
-    return score
-
-
 def compress_and_gate(stage: str, base_package: Path, base_report: Path, settings: dict, gate,
                       score: Callable[[Path], dict], out_package: Path, out_report: Path, out_parity: Path,
                       variant: str, default_gate=None) -> dict:
-    """Compress one package, score it with `score` (`bucketed_scorer` / `scenario_scorer`), and keep
+    """Compress one package, score it with `score` (`anetts.verify.parity.score_export` of the
+    package's export), and keep
     it only if it passes `gate`.
 
     Writes `out_package`, `out_report` (the base convert report's keys, so the manifest writer

@@ -181,19 +181,20 @@ def state_types(states, deployment_target: str, where: str) -> list:
     return out
 
 
-def convert_export(traced: Path, export_json: Path, out_package: Path, out_report: Path,
+def convert_export(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
                    options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
-    """Rule `convert`: an export (`artifacts.export_traced`) as its package. A scenario stage's
-    functions (a folder of one TorchScript each) become one multifunction package; a bucketed
-    stage's one TorchScript, a package whose one function is `main`."""
+    """Rule `convert`: an export's functions folder (`artifacts.export_files`) as its package. A
+    scenario stage's functions become one multifunction package; a stateless bucket's one function
+    `main`, a single-function package."""
     export = json.loads(Path(export_json).read_text(encoding="utf-8"))
     convert = convert_scenario_package if export.get("kind") == "scenario" else convert_package
-    return convert(traced, export_json, out_package, out_report, options, model_meta, out_inspect=out_inspect)
+    return convert(functions_dir, export_json, out_package, out_report, options, model_meta, out_inspect=out_inspect)
 
 
-def convert_package(torchscript: Path, export_json: Path, out_package: Path, out_report: Path,
+def convert_package(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
                     options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
-    """Convert, check and save. `model_meta`: model, family, source, revision.
+    """A stateless bucket's export (its one function `main`): convert, check and save.
+    `model_meta`: model, family, source, revision.
 
     `out_inspect`: also write the package's inspect JSON (`anetts inspect --json`); the walk is
     needed here anyway for the lint, and a separate job per package would re-import coremltools.
@@ -201,7 +202,9 @@ def convert_package(torchscript: Path, export_json: Path, out_package: Path, out
     clear_outputs(out_package, out_report, *((out_inspect,) if out_inspect is not None else ()))
     export = json.loads(Path(export_json).read_text(encoding="utf-8"))
     spec = BucketSpec.from_json(export["spec"])
-    return convert_function(torchscript, spec.function(), out_package, out_report, options, model_meta,
+    function = spec.function()
+    return convert_function(Path(functions_dir) / f"{function.name}.pt", function, out_package, out_report, options,
+                            model_meta,
                             stage=spec.stage, bucket=spec.bucket, geometry=spec.geometry, out_inspect=out_inspect)
 
 

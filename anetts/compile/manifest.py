@@ -54,7 +54,8 @@ def write_manifest(out: Path, *args, **kwargs) -> dict:
 
 
 def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list,
-                   parity: list, model_meta: dict, stages: dict, bundles: list = (), bundle_parity: list = (),
+                   scenarios: list, parity: list, model_meta: dict, stages: dict, bundles: list = (),
+                   bundle_parity: list = (),
                    assets_dir: Path | None = None, chain: list = (), end_to_end: list = ()) -> dict:
     """The manifest of `model_dir` (paths relative to it), as a dict. The end-to-end check builds
     one without writing it: it composes the packages through the runtime before the manifest exists."""
@@ -68,7 +69,8 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
         return Path(os.path.relpath(Path(p).resolve(), model_dir)).as_posix()
 
     entries = []
-    for report_path, package, torchscript, parity_path in zip(reports, packages, torchscripts, parity):
+    for report_path, package, torchscript, scenario, parity_path in zip(reports, packages, torchscripts, scenarios,
+                                                                         parity):
         report = json.loads(Path(report_path).read_text(encoding="utf-8"))
         functions = report_functions(report)
         entry = {
@@ -84,14 +86,12 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
             "precision": report["precision"],
             "compute_units": stages[report["stage"]]["compute_units"],
             "parity": _parity_verdict(parity_path, rel),
-            # the traced export the torch backend runs (same I/O as the package)
+            # the traced export the torch backend runs: a folder of <function>.pt (same I/O as the package)
             "torchscript": rel(torchscript),
             "torchscript_sha256": tree_sha256(torchscript),
-            "example_inputs": rel(Path(torchscript).with_suffix(".inputs.npz")),
+            # the calls its parity played (a stateless bucket: one call on its example inputs)
+            "scenario": rel(scenario),
         }
-        if report.get("kind") == "scenario":
-            # parity played a scenario of calls (its calls' file), not one example
-            entry["example_inputs"] = rel(Path(torchscript).with_suffix(".scenario.npz"))
         entries.append(entry)
     bundle_entries = []
     for bundle, parity_path in zip(bundles, bundle_parity):

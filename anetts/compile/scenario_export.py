@@ -1,15 +1,16 @@
-"""Export a scenario stage at one bucket: one TorchScript per function, and the scenario parity plays.
+"""Rule `export` for every stage kind (`export_bucket`), and the export of a scenario stage: one
+TorchScript per function, and the teacher-forced scenario parity plays.
 
-Outputs (written atomically, nothing is left behind on failure):
+The layout is every stage's (`anetts.compile.trace`, `write_export`):
     <bucket>.functions/<function>.pt  TorchScript of each function (one module, traced per input shape)
     <bucket>.scenario.npz             the teacher-forced calls (inputs, valid regions) and per call
                                       upstream's outputs plus the eager wrapper's states
-                                      (`anetts.verify.scenario.save_scenario`)
     <bucket>.export.json              functions, geometry, eager-vs-upstream and trace-vs-eager
                                       errors, the positions checked, timings, provenance
 
-The expected outputs are upstream's own tensors (the shared reference run), not the wrapper's: the
-wrapper is checked against them here at fp32 (`EAGER_MIN_DB`), the package against them in parity.
+A scenario stage's expected outputs are upstream's own tensors (the shared reference run), not the
+wrapper's: the wrapper is checked against them here at fp32 (`EAGER_MIN_DB`), the package against
+them in parity.
 """
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ import numpy as np
 import torch
 
 from anetts.artifacts import atomic_outputs, clear_outputs, write_json
-from anetts.compile.trace import TRACE_REL_TOL, ExportError, load_reference
+from anetts.compile.trace import TRACE_REL_TOL, ExportError, export_stage, load_reference, write_export
+from anetts.families import declaration
 from anetts.provenance import provenance
 from anetts.stage import Family
 from anetts.verify.metrics import compare, top1_agreement
-from anetts.verify.scenario import record_eager, save_scenario
+from anetts.verify.scenario import record_eager
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ def synthetic_inputs(fn, seed: int = 0) -> dict[str, np.ndarray]:
 def compile_module(module, functions, out_dir: Path, options, model_meta: dict, stage: str,
                    geometry: dict | None = None) -> tuple[Path, dict]:
     """`module`'s functions traced (checked against eager, on `synthetic_inputs`), converted and
-    merged into `out_dir/<stage>.mlpackage`: rules export_scenario + convert in one call, for
+    merged into `out_dir/<stage>.mlpackage`: rules export + convert of a scenario stage in one call, for
     tests and benchmarks. Returns (package, {function: convert report, with its trace seconds},
     plus "bundle_seconds")."""
     from anetts.compile.convert import convert_functions
@@ -95,6 +97,18 @@ def compile_module(module, functions, out_dir: Path, options, model_meta: dict, 
     write_json(out.with_suffix(".json"), {"stage": stage, "default_function": functions[0].name,
                                           "functions": [f.to_json() for f in functions]})
     return out, {**reports, "bundle_seconds": bundle["seconds"]}
+
+
+def export_bucket(family: Family, stage_name: str, bucket: str, size: int, params: dict, weights_dir: Path,
+                  reference: Path | None, out_functions: Path, out_scenario: Path, out_json: Path) -> dict:
+    """Rule `export`: the stage at one bucket in the one layout. The family's declaration says how
+    it is verified: a stateless stage by one call on its example inputs (`export_stage`), a
+    scenario stage by upstream's teacher-forced calls (`export_scenario_stage`)."""
+    if declaration(family.name).stage(stage_name).kind == "scenario":
+        return export_scenario_stage(family, stage_name, bucket, size, params, weights_dir, reference,
+                                     out_functions, out_scenario, out_json)
+    return export_stage(family, stage_name, size, weights_dir, out_functions, out_scenario, out_json,
+                        reference=reference)
 
 
 def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: int, params: dict, weights_dir: Path,
@@ -165,16 +179,4 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
         "seconds": {"prepare": round(t1 - t0, 3), "eager_scenario": round(t2 - t1, 3), "trace": round(t4 - t3, 3)},
         "provenance": provenance(),
     }
-    return _write(report, traced, scenario, expected, out_functions, out_scenario, out_json)
-
-
-def _write(report, traced, scenario, expected, out_functions, out_scenario, out_json) -> dict:
-    with atomic_outputs(out_functions, out_scenario, out_json) as (tmp_fns, tmp_scenario, tmp_json):
-        tmp_fns.mkdir()
-        for name, module in traced.items():
-            torch.jit.save(module, str(tmp_fns / f"{name}.pt"))
-        save_scenario(tmp_scenario, scenario, expected)
-        write_json(tmp_json, report)
-    log.info("exported %s/%s: %d functions, %d calls (%s)", report["stage"], report["bucket"], len(traced),
-             report["calls"], report["seconds"])
-    return report
+    return write_export(report, traced, scenario, expected, out_functions, out_scenario, out_json)

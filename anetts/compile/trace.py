@@ -1,11 +1,16 @@
-"""Export one stage at one bucket: torch.jit.trace, checked against the eager wrapper.
+"""Export one stateless stage at one bucket: torch.jit.trace, checked against the eager wrapper.
 
-Outputs (written atomically, nothing is left behind on failure):
-    <bucket>.pt            TorchScript
-    <bucket>.inputs.npz    the example inputs it was traced with
-    <bucket>.outputs.npz   eager wrapper outputs (`eager/<name>`, parity's fp32 reference) and the
-                           traced module's (`traced/<name>`), so parity runs neither again
-    <bucket>.export.json   bucket spec, valid regions, trace-vs-eager errors, timings, provenance
+The export layout of every stage kind (`anetts.artifacts.export_files`, written by `write_export`
+atomically, nothing left behind on failure):
+    <bucket>.functions/<function>.pt  TorchScript per function (a stateless bucket: `main` alone)
+    <bucket>.scenario.npz             the calls parity plays (`anetts.verify.scenario.save_scenario`);
+                                      a stateless bucket: one call of `main` on its example inputs,
+                                      the eager wrapper's outputs expected (parity's fp32 reference)
+                                      and the traced module's kept, so parity runs neither again
+    <bucket>.export.json              spec, valid regions, trace-vs-eager errors, timings, provenance
+
+A stage of several functions with states records its scenario from upstream instead
+(`anetts.compile.scenario_export`).
 """
 from __future__ import annotations
 
@@ -106,16 +111,36 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
     return traced, inputs, spec, report, outputs
 
 
-def export_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
-                 out_pt: Path, out_inputs: Path, out_json: Path, out_outputs: Path,
-                 model=None, reference: Path | None = None) -> dict:
-    clear_outputs(out_pt, out_inputs, out_json, out_outputs)
-    traced, inputs, spec, report, outputs = trace_stage(family, stage_name, size, weights_dir, model, reference)
-    with atomic_outputs(out_pt, out_inputs, out_json, out_outputs) as (tmp_pt, tmp_inputs, tmp_json, tmp_outputs):
-        torch.jit.save(traced, str(tmp_pt))
-        for path, arrays in ((tmp_inputs, inputs), (tmp_outputs, outputs)):
-            with open(path, "wb") as f:
-                np.savez(f, **arrays)
+def write_export(report: dict, traced: dict, scenario, expected: list, out_functions: Path, out_scenario: Path,
+                 out_json: Path, traced_outputs: list | None = None) -> dict:
+    """The one writer of an export: `traced` {function: module} into the functions folder, the
+    scenario with its expected (and traced) outputs per call, the report."""
+    from anetts.verify.scenario import save_scenario
+
+    with atomic_outputs(out_functions, out_scenario, out_json) as (tmp_fns, tmp_scenario, tmp_json):
+        tmp_fns.mkdir()
+        for name, module in traced.items():
+            torch.jit.save(module, str(tmp_fns / f"{name}.pt"))
+        save_scenario(tmp_scenario, scenario, expected, traced_outputs)
         write_json(tmp_json, report)
-    log.info("exported %s/%s (%s)", stage_name, spec.bucket, report["seconds"])
+    log.info("exported %s/%s: %d functions, %d calls (%s)", report["stage"], report["bucket"], len(traced),
+             len(scenario.calls), report["seconds"])
     return report
+
+
+def export_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
+                 out_functions: Path, out_scenario: Path, out_json: Path, model=None,
+                 reference: Path | None = None) -> dict:
+    """A stateless bucket as a one-call scenario of its function `main` (BucketSpec.function)."""
+    from anetts.verify.scenario import Call, Scenario
+
+    clear_outputs(out_functions, out_scenario, out_json)
+    traced, inputs, spec, report, outputs = trace_stage(family, stage_name, size, weights_dir, model, reference)
+    fn = spec.function()
+    regions = {k: (tuple(v) if v is not None else None) for k, v in report["valid_regions"].items()}
+    call = Call(fn.name, {t.name: inputs[t.name] for t in fn.inputs}, regions)
+    scenario = Scenario(f"{stage_name}/{spec.bucket}", {fn.name: fn}, (call,))
+    expected, replay = ({t.name: outputs[f"{kind}/{t.name}"] for t in fn.outputs} for kind in ("eager", "traced"))
+    report = {"kind": "bucketed", "stage": stage_name, "bucket": spec.bucket, **report}
+    return write_export(report, {fn.name: traced}, scenario, [expected], out_functions, out_scenario, out_json,
+                        [replay])

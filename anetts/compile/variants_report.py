@@ -10,7 +10,7 @@ from anetts.provenance import provenance
 
 
 def write_variant_manifest(out: Path, variant: str, weights_dir: Path, reports: list, packages: list,
-                           torchscripts: list, parity: list, model_meta: dict, stages: dict,
+                           torchscripts: list, scenarios: list, parity: list, model_meta: dict, stages: dict,
                            compressed: dict, assets_dir: Path | None = None, chain: list = ()) -> dict:
     """`artifacts/<model>/variants/<variant>/manifest.json`, loadable by `anetts.load(<that dir>)`.
 
@@ -20,7 +20,7 @@ def write_variant_manifest(out: Path, variant: str, weights_dir: Path, reports: 
     """
     out = Path(out)
     with atomic_outputs(out) as (tmp,):
-        manifest = write_manifest(tmp, weights_dir, reports, packages, torchscripts, parity,
+        manifest = write_manifest(tmp, weights_dir, reports, packages, torchscripts, scenarios, parity,
                                   {**model_meta, "variant": variant}, stages, assets_dir=assets_dir, chain=chain)
         for entry, report in zip(manifest["packages"], reports):
             c = json.loads(Path(report).read_text(encoding="utf-8")).get("compression")

@@ -136,7 +136,7 @@ def runtime_files(model_dir: Path, manifest: dict) -> dict[str, list[str]]:
         common += tree(b["path"]) + [b["parity"]["report"]]
     torch_only = []
     for e in manifest.get("packages", []):
-        torch_only += [e["torchscript"]] + ([e["example_inputs"]] if e.get("example_inputs") else [])
+        torch_only += tree(e["torchscript"]) + ([e["scenario"]] if e.get("scenario") else [])
     common = sorted(set(common))
     missing = [f for f in common + torch_only if not (model_dir / f).is_file()]
     if missing:

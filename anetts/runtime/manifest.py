@@ -22,13 +22,16 @@ from anetts.runtime.errors import ArtifactError, IntegrityError
 from anetts.stage import FunctionSpec, TensorSpec
 
 MANIFEST_NAME = "manifest.json"
-# 2: runtime assets listed; 3: every package (and bundle) lists its typed functions (I/O and states)
-MANIFEST_VERSION = 3
+# 2: runtime assets listed; 3: every package (and bundle) lists its typed functions (I/O and states);
+# 4: every package's `torchscript` is a folder of <function>.pt and its `scenario` the calls parity
+# played (3 listed a stateless bucket's `.pt` and `example_inputs` npz)
+MANIFEST_VERSION = 4
 
 
 def unreadable_version(manifest: dict) -> str | None:
     """Why this anetts cannot read `manifest`'s format, else None. Only this version is read: an
-    older manifest lacks the typed functions the runtime runs, so the model must be rebuilt."""
+    older manifest lacks the typed functions the runtime runs, or lists exports in another layout,
+    so the model must be rebuilt."""
     version = manifest.get("manifest_version")
     if isinstance(version, bool) or not isinstance(version, int):
         return f"manifest_version {version!r} is not a version this anetts knows (it reads {MANIFEST_VERSION})"
@@ -81,7 +84,7 @@ def contained_path(root: Path, rel, what: str, error: type[Exception] = Artifact
 # Where a build manifest (anetts.compile.manifest.build_manifest) names files: lists of entries and
 # the keys of each that hold a path (dotted: nested).
 PATH_KEYS = {
-    "packages": ("path", "torchscript", "example_inputs", "parity.report"),
+    "packages": ("path", "torchscript", "scenario", "parity.report"),
     "bundles": ("path", "parity.report"),
     "assets": ("path", "output"),  # output: the build output `verify --repair` removes with it
     "chain": ("report",),
@@ -154,7 +157,7 @@ class PackageEntry:
     compute_units: str | None
     torchscript: Path | None
     torchscript_sha256: str | None = None
-    example_inputs: Path | None = None
+    scenario: Path | None = None  # the calls its parity played (anetts bench times them)
     aimodel: Path | None = None  # a Core AI asset of the same program (none listed by manifests yet)
 
     @property
@@ -306,7 +309,7 @@ class ModelArtifacts:
         if not pkg.exists():
             raise ArtifactError(f"package {stage}/{bucket} is missing: {pkg} (listed in the manifest)")
         ts_rel = p.get("torchscript")  # only the torch backend needs it; it says so when absent
-        ex = p.get("example_inputs")
+        sc = p.get("scenario")
         functions = tuple(_function(f, where) for f in _require(p, "functions", where))
         function = str(_require(p, "function", where))
         if function not in {f.name for f in functions}:
@@ -323,7 +326,7 @@ class ModelArtifacts:
             compute_units=p.get("compute_units"),
             torchscript=model_dir / ts_rel if ts_rel else None,
             torchscript_sha256=p.get("torchscript_sha256"),
-            example_inputs=model_dir / ex if ex else None,
+            scenario=model_dir / sc if sc else None,
         )
 
     # ----------------------------------------------------------------- lookup

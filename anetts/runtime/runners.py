@@ -3,10 +3,10 @@ run ``function(inputs, state)``.
 
 The executors (:data:`EXECUTORS`, the one list the CLI, bench and the runtimes use):
 
-- ``torch``: the TorchScript exports the packages were converted from (fp32, any OS). A stateless
-  bucket has one ``.pt``; a stateful package has ``<function>.pt`` per function in a folder, whose
-  state buffers (named as the functions' :class:`~anetts.stage.StateSpec`) are shared by binding one
-  state to every function's module.
+- ``torch``: the TorchScript exports the packages were converted from (fp32, any OS): a folder of
+  ``<function>.pt`` per package (a stateless bucket: ``main.pt``), whose state buffers (named as
+  the functions' :class:`~anetts.stage.StateSpec`) are shared by binding one state to every
+  function's module.
 - ``mil``: the MIL reference executor (:mod:`anetts.mil`) on the .mlpackage (any OS, slow).
 - ``coreml``: Core ML through coremltools (macOS only; checked before anything is imported), one
   ``MLModel`` per function, one state from ``make_state()`` passed to every function.
@@ -69,7 +69,7 @@ class PackageRef:
     path: Path | None  # the .mlpackage (mil, coreml)
     functions: tuple[FunctionSpec, ...]
     function: str  # the function a call without a name runs
-    torchscript: Path | None = None  # a .pt, or a folder of <function>.pt (torch)
+    torchscript: Path | None = None  # the export's folder of <function>.pt (torch)
     aimodel: Path | None = None  # the .aimodel (coreai)
     compute_units: str | None = None  # coreml
 
@@ -189,10 +189,14 @@ class TorchRunner(Program):
             raise ArtifactError(f"torch backend: the TorchScript export of {entry.label} is missing ({ts}); "
                                 "rebuild, or use another backend")
         fns = _functions(entry)
-        ts = Path(ts)
-        # a folder holds one module per function; a single .pt is the entry's own function (a
-        # bundle's bucket: the bundle's other functions have their own .pt)
-        files = {name: ts / f"{name}.pt" for name in fns} if ts.is_dir() else {entry.function: ts}
+        own = {p.stem: p for p in Path(ts).glob("*.pt")} if Path(ts).is_dir() else {}
+        if entry.function in own:
+            files = {name: own[name] for name in fns if name in own}
+        elif len(own) == 1:  # a bundle's bucket: the bundle names its export's one function after the bucket
+            files = {entry.function: next(iter(own.values()))}
+        else:
+            raise ArtifactError(f"torch backend: {ts} holds no TorchScript of {entry.label}'s function "
+                                f"{entry.function!r} (a folder of <function>.pt); rebuild, or use another backend")
         super().__init__(entry.label, {name: fns[name] for name in files}, entry.function)
         set_torch_threads(threads)
         import torch

@@ -1,7 +1,7 @@
 """Parity of one Core AI asset: Apple's runtime vs the export job's eager fp32 outputs, gated.
 
 The second parity backend beside the MIL executor: `anetts.verify.parity.run_parity` itself (the
-same example inputs, valid regions, scoring and gates) with the ``coreai`` runner, whose program is
+same export call, valid regions, scoring and gates) with the ``coreai`` runner, whose program is
 the Core AI conversion and whose executor is Apple's (its Linux CPU runtime here, the OS runtime on
 macOS).
 """
@@ -13,13 +13,13 @@ from pathlib import Path
 from anetts.verify.parity import Gate, read_export_report, run_parity
 
 
-def run_aimodel_parity(asset: Path, example_inputs: Path, export_outputs: Path, export_report: Path, gate: Gate,
+def run_aimodel_parity(asset: Path, scenario: Path, export_report: Path, gate: Gate,
                        asset_report: Path | None = None) -> dict:
     """A `run_parity` report with the `coreai` backend (and the asset's precision); `check_parity` gates it."""
     from anetts.compile.bundle import function_name
 
     spec, _, _ = read_export_report(export_report)
-    report = run_parity(asset, example_inputs, export_outputs, export_report, gate,
+    report = run_parity(asset, scenario, export_report, gate,
                         function_name=function_name(spec.bucket), executor="coreai")
     precision = json.loads(Path(asset_report).read_text())["precision"] if asset_report is not None else None
     report["backends"]["coreai"]["precision"] = precision

@@ -88,14 +88,19 @@ def _timed(fn, repeats: int = 1):
     return out, best
 
 
-def load_export_outputs(path: Path, spec) -> tuple[dict, dict]:
-    """(eager reference, traced outputs) stored by the export job for these example inputs."""
-    with np.load(path) as z:
-        missing = [f"{k}/{t.name}" for k in ("eager", "traced") for t in spec.outputs if f"{k}/{t.name}" not in z.files]
-        if missing:
-            raise ParityError(f"{path}: export outputs lack {missing}; re-run the export")
-        return ({t.name: z[f"eager/{t.name}"] for t in spec.outputs},
-                {t.name: z[f"traced/{t.name}"] for t in spec.outputs})
+def load_export_call(scenario_npz: Path, spec) -> tuple[dict, dict, dict]:
+    """(inputs, eager reference, traced outputs) of a stateless export's one call (its scenario)."""
+    from anetts.verify.scenario import load_scenario, load_traced
+
+    scenario, expected = load_scenario(scenario_npz)
+    traced = load_traced(scenario_npz)
+    if len(scenario.calls) != 1:
+        raise ParityError(f"{scenario_npz}: {len(scenario.calls)} calls; a stateless bucket's export has one")
+    missing = [f"{k}/{t.name}" for k, outs in (("eager", expected[0]), ("traced", traced[0]))
+               for t in spec.outputs if t.name not in outs]
+    if missing:
+        raise ParityError(f"{scenario_npz}: the call lacks {missing}; re-run the export")
+    return dict(scenario.calls[0].inputs), expected[0], traced[0]
 
 
 def read_export_report(path: Path) -> tuple[BucketSpec, dict, dict]:
@@ -119,22 +124,20 @@ def _program(executor: str, ref):
         raise ParityError(str(e)) from e
 
 
-def run_parity(package: Path, example_inputs: Path, export_outputs: Path, export_report: Path, gate: Gate,
+def run_parity(package: Path, scenario: Path, export_report: Path, gate: Gate,
                compute_units: str = "CPU_AND_GPU", function_name: str | None = None, executor: str = "mil") -> dict:
     """Score the package (and the traced export) against the eager fp32 outputs of the export job.
 
-    The export job ran the eager wrapper and the traced module on these example inputs and
-    stored both, with the bucket's spec and valid regions, so parity needs no family, no model
-    and no torch.jit: one executor run per package. `executor`: ``mil`` runs the .mlpackage `package`
-    (and Core ML beside it on macOS); ``coreai`` runs `package` as a Core AI asset.
+    The export job ran the eager wrapper and the traced module on the example inputs and stored
+    both as its one-call scenario, with the bucket's spec and valid regions, so parity needs no
+    family, no model and no torch.jit: one executor run per package. `executor`: ``mil`` runs the
+    .mlpackage `package` (and Core ML beside it on macOS); ``coreai`` runs `package` as a Core AI asset.
     """
     from anetts.runtime.runners import PackageRef
 
     spec, regions, seconds = read_export_report(export_report)
     stage_name = spec.stage
-    with np.load(example_inputs) as z:
-        inputs = {k: z[k] for k in z.files}
-    reference, traced_out = load_export_outputs(export_outputs, spec)
+    inputs, reference, traced_out = load_export_call(scenario, spec)
     eager_s, traced_s = seconds.get("eager_forward"), seconds.get("traced_forward")
     fn = FunctionSpec(function_name or "main", spec.inputs, spec.outputs)
     ref = PackageRef(label=f"{stage_name}/{spec.bucket}", path=Path(package), functions=(fn,), function=fn.name,
@@ -182,6 +185,27 @@ def _failed_backends(report: dict) -> dict:
     return {n: b.get("min_snr_db") for n, b in report["backends"].items() if "passed" in b and not b["passed"]}
 
 
+def score_export(package: Path, scenario: Path, export_report: Path, gate: Gate,
+                 compute_units: str = "CPU_AND_GPU") -> dict:
+    """The package against its export (rules parity, compress): a stateless bucket's one call
+    (`run_parity`), or a scenario stage's calls with the state carried, logits also by top-1
+    (`anetts.verify.scenario_parity`); the export report's kind says which."""
+    if json.loads(Path(export_report).read_text(encoding="utf-8")).get("kind") == "scenario":
+        from anetts.verify.scenario_parity import run_scenario_parity
+
+        return run_scenario_parity(package, scenario, export_report, gate, compute_units=compute_units)
+    return run_parity(package, scenario, export_report, gate, compute_units=compute_units)
+
+
+def check_export_parity(report: dict, out_json: Path, out_arrays: Path) -> dict:
+    """`check_parity` or, for a scenario's report, `check_scenario_parity`: write it only if it passed."""
+    if report.get("kind") == "scenario":
+        from anetts.verify.scenario_parity import check_scenario_parity
+
+        return check_scenario_parity(report, out_json, out_arrays)
+    return check_parity(report, out_json, out_arrays)
+
+
 def check_parity(report: dict, out_json: Path, out_arrays: Path | None = None) -> dict:
     """Write the report where downstream rules find it only if it passed; otherwise raise."""
     out_json = Path(out_json)
@@ -195,7 +219,7 @@ def check_parity(report: dict, out_json: Path, out_arrays: Path | None = None) -
     return report
 
 
-def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, export_reports: list, example_inputs: list,
+def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, export_reports: list, scenarios: list,
                         reference_arrays: list, gate: Gate, out_json: Path) -> dict:
     """Every function of a multifunction bundle through the per-bucket gate; all must pass.
 
@@ -211,9 +235,8 @@ def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, expor
                                      for b, (spec, _) in zip(buckets, specs)))
     program = _program("mil", ref)
     functions = {}
-    for bucket, (spec, regions), inputs_path, ref_path in zip(buckets, specs, example_inputs, reference_arrays):
-        with np.load(inputs_path) as z:
-            inputs = {k: z[k] for k in z.files}
+    for bucket, (spec, regions), scenario, ref_path in zip(buckets, specs, scenarios, reference_arrays):
+        inputs = load_export_call(scenario, spec)[0]
         with np.load(ref_path) as z:
             reference = {t.name: z[f"reference/{t.name}"] for t in spec.outputs}
         out, seconds = _timed(lambda: program.run(function_name(bucket), inputs))

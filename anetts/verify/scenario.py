@@ -127,14 +127,20 @@ def record_eager(module, scenario: Scenario) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]]) -> None:
-    """Inputs, regions and eager references in one .npz (atomic), for `load_scenario`."""
-    if len(reference) != len(scenario.calls):
-        raise ValueError(f"scenario {scenario.name}: {len(reference)} references for {len(scenario.calls)} calls")
+def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]],
+                  traced: Sequence[Mapping[str, np.ndarray]] | None = None) -> None:
+    """Inputs, regions and eager references in one .npz (atomic), for `load_scenario`; `traced`:
+    per call, the traced module's outputs too (`load_traced`)."""
+    if len(reference) != len(scenario.calls) or (traced is not None and len(traced) != len(scenario.calls)):
+        raise ValueError(f"scenario {scenario.name}: references for {len(reference)} calls"
+                         f"{'' if traced is None else f' and traced outputs for {len(traced)}'}, "
+                         f"but {len(scenario.calls)} calls")
     arrays = {"__scenario__": np.array(json.dumps(scenario.to_json()))}
     for i, (c, ref) in enumerate(zip(scenario.calls, reference)):
         arrays.update({f"call{i}/input/{k}": np.asarray(v) for k, v in c.inputs.items()})
         arrays.update({f"call{i}/eager/{k}": np.asarray(v) for k, v in ref.items()})
+        if traced is not None:
+            arrays.update({f"call{i}/traced/{k}": np.asarray(v) for k, v in traced[i].items()})
     with atomic_outputs(Path(path)) as (tmp,):
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
@@ -143,7 +149,7 @@ def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[st
 def load_scenario(path: Path) -> tuple[Scenario, list[dict[str, np.ndarray]]]:
     with np.load(path) as z:
         if "__scenario__" not in z.files:
-            raise ParityError(f"{path}: not a scenario file (no __scenario__ entry)")
+            raise ParityError(f"{path}: not a scenario file (no __scenario__ entry); re-run the export")
         meta = json.loads(str(z["__scenario__"]))
         functions = {k: FunctionSpec.from_json(f) for k, f in meta["functions"].items()}
         calls, refs = [], []
@@ -154,6 +160,14 @@ def load_scenario(path: Path) -> tuple[Scenario, list[dict[str, np.ndarray]]]:
             calls.append(Call(c["function"], inputs, {k: tuple(v) for k, v in c["valid"].items()},
                               {k: tuple(v) for k, v in c["state_valid"].items()}))
     return Scenario(meta["name"], functions, tuple(calls)), refs
+
+
+def load_traced(path: Path) -> list[dict[str, np.ndarray]]:
+    """Per call, the traced module's outputs a stateless export kept (`save_scenario`'s `traced`)."""
+    with np.load(path) as z:
+        n = len(json.loads(str(z["__scenario__"]))["calls"])
+        return [{k[len(f"call{i}/traced/"):]: z[k] for k in z.files if k.startswith(f"call{i}/traced/")}
+                for i in range(n)]
 
 
 # ------------------------------------------------------------------------------ package side
@@ -272,5 +286,5 @@ def check_scenario(report: dict, out_json: Path) -> dict:
     return write_verdict(report, out_json, why)
 
 
-__all__ = ["Call", "Scenario", "check_scenario", "load_scenario", "per_call_db", "record_eager", "run_scenario",
-           "save_scenario"]
+__all__ = ["Call", "Scenario", "check_scenario", "load_scenario", "load_traced", "per_call_db", "record_eager",
+           "run_scenario", "save_scenario"]

@@ -17,7 +17,7 @@ from anetts.compile.aimodel import AIModelError, asset_io, convert_module, conve
 from anetts.compile.trace import export_stage
 from anetts.stage import BucketSpec, Family, Stage, TensorSpec
 from anetts.verify.aimodel_parity import run_aimodel_parity
-from anetts.verify.parity import Gate, ParityError, check_parity
+from anetts.verify.parity import Gate, ParityError, check_parity, load_export_call
 
 T, VALID = 48, 40
 META = {"model": "tiny-probe", "family": "kokoro", "source": "synthetic", "revision": "seed0",
@@ -75,9 +75,9 @@ def export_folder(tmp_path_factory):
     d = tmp_path_factory.mktemp("export")
     base = d / "t48"
     paths = {k: Path(f"{base}{suffix}") for k, suffix in
-             (("pt", ".pt"), ("inputs", ".inputs.npz"), ("json", ".export.json"), ("outputs", ".outputs.npz"))}
+             (("functions", ".functions"), ("scenario", ".scenario.npz"), ("json", ".export.json"))}
     model = Tiny().eval()
-    export_stage(tiny_family(model), "tiny", T, d, paths["pt"], paths["inputs"], paths["json"], paths["outputs"], model=model)
+    export_stage(tiny_family(model), "tiny", T, d, paths["functions"], paths["scenario"], paths["json"], model=model)
     return model, paths
 
 
@@ -86,7 +86,7 @@ def test_export_folder_to_gated_asset(export_folder, tmp_path, precision, min_db
     model, p = export_folder
     family = tiny_family(model)
     asset, report_path = tmp_path / "aimodels" / "t48.aimodel", tmp_path / "aimodels" / "t48.json"
-    report = convert_stage(family, "tiny", T, tmp_path, p["inputs"], p["outputs"], p["json"], asset, report_path,
+    report = convert_stage(family, "tiny", T, tmp_path, p["scenario"], p["json"], asset, report_path,
                            precision, META, model=model)
     assert asset.is_dir() and json.loads(report_path.read_text())["sha256"] == report["sha256"]
     io_dtype = "float16" if precision == "fp16" else "float32"
@@ -97,8 +97,7 @@ def test_export_folder_to_gated_asset(export_folder, tmp_path, precision, min_db
     assert meta["author"] == "ane-tts" and meta["license"].startswith("Apache-2.0")
     assert meta["creatorDefinedMetadata"]["anetts.precision"] == precision
 
-    parity = run_aimodel_parity(asset, p["inputs"], p["outputs"], p["json"], Gate(),
-                                asset_report=report_path)
+    parity = run_aimodel_parity(asset, p["scenario"], p["json"], Gate(), asset_report=report_path)
     out_json = tmp_path / "parity" / "t48.json"
     check_parity(parity, out_json, out_json.with_suffix(".outputs.npz"))
     coreai = json.loads(out_json.read_text())["backends"]["coreai"]
@@ -115,11 +114,10 @@ def test_perturbed_model_fails_the_gate(export_folder, tmp_path):
     with torch.no_grad():
         bad.proj.weight.mul_(1.3)  # ~10 dB: far below the 35 dB gate
     spec = TinyStage().spec(T)
-    with np.load(p["inputs"]) as z:
-        inputs = {k: z[k] for k in z.files}
+    inputs = load_export_call(p["scenario"], spec)[0]
     asset = tmp_path / "t48.aimodel"
     convert_module(bad, inputs, spec, asset, tmp_path / "t48.json", "fp32", META)
-    parity = run_aimodel_parity(asset, p["inputs"], p["outputs"], p["json"], Gate())
+    parity = run_aimodel_parity(asset, p["scenario"], p["json"], Gate())
     out_json = tmp_path / "parity" / "t48.json"
     out_json.parent.mkdir()  # Snakemake creates output folders before a job runs
     with pytest.raises(ParityError, match="tiny/t48 failed its parity gate"):
@@ -130,7 +128,7 @@ def test_perturbed_model_fails_the_gate(export_folder, tmp_path):
 
     # the same perturbation caught earlier: the export folder no longer matches the model
     with pytest.raises(AIModelError, match="rebuilt wrapper's y differs from the export's eager output"):
-        convert_stage(tiny_family(bad), "tiny", T, tmp_path, p["inputs"], p["outputs"], p["json"],
+        convert_stage(tiny_family(bad), "tiny", T, tmp_path, p["scenario"], p["json"],
                       tmp_path / "x.aimodel", tmp_path / "x.json", "fp32", META, model=bad)
     assert not (tmp_path / "x.aimodel").exists() and not (tmp_path / "x.json").exists()
 
@@ -138,8 +136,7 @@ def test_perturbed_model_fails_the_gate(export_folder, tmp_path):
 def test_bad_inputs_are_named(export_folder, tmp_path):
     model, p = export_folder
     spec = TinyStage().spec(T)
-    with np.load(p["inputs"]) as z:
-        inputs = {k: z[k] for k in z.files}
+    inputs = load_export_call(p["scenario"], spec)[0]
     with pytest.raises(AIModelError, match="unknown precision 'int4'"):
         convert_module(model, inputs, spec, tmp_path / "a.aimodel", tmp_path / "a.json", "int4", META)
     assert not (tmp_path / "a.aimodel").exists() and not (tmp_path / "a.json").exists()

@@ -27,8 +27,8 @@ def _generator_block() -> dict:
 @pytest.fixture(scope="module")
 def exported_generator(tiny_weights, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen_export")
-    export_stage(FAMILY, "generator", 3, tiny_weights, out / "3s.pt", out / "3s.inputs.npz", out / "3s.export.json",
-                 out / "3s.outputs.npz", model=tiny_model)
+    export_stage(FAMILY, "generator", 3, tiny_weights, out / "3s.functions", out / "3s.scenario.npz",
+                 out / "3s.export.json", model=tiny_model)
     return out
 
 
@@ -39,7 +39,7 @@ def mixed(exported_generator, tmp_path_factory):
     assert options.precision == "fp16" and options.fp32_ops, "config.yaml's generator sets fp32_ops"
     out = tmp_path_factory.mktemp("gen_mixed")
     e = exported_generator
-    report = convert_package(e / "3s.pt", e / "3s.export.json", out / "3s.mlpackage", out / "3s.json", options, META,
+    report = convert_package(e / "3s.functions", e / "3s.export.json", out / "3s.mlpackage", out / "3s.json", options, META,
                              out_inspect=out / "3s.inspect.json")
     return options, out, report
 
@@ -94,7 +94,7 @@ def test_mixed_program_passes_parity(mixed, exported_generator):
     """The MIL executor runs the mixed program (casts included) and it passes the gate."""
     _, out, _ = mixed
     e = exported_generator
-    rep = run_parity(out / "3s.mlpackage", e / "3s.inputs.npz", e / "3s.outputs.npz", e / "3s.export.json", Gate.make())
+    rep = run_parity(out / "3s.mlpackage", e / "3s.scenario.npz", e / "3s.export.json", Gate.make())
     assert rep["passed"], rep["backends"]["mil"]
     assert rep["backends"]["mil"]["min_snr_db"] >= Gate.make().target_snr_db
 
@@ -105,7 +105,7 @@ def test_selector_matching_nothing_fails_and_leaves_nothing(exported_generator, 
     options = ConvertOptions.make(fp32_ops=["module:conv_post", "module:no_such_module", "op:no_such_op"])
     with pytest.raises(ConversionError, match=r"generator/3s: fp32_ops selector\(s\) \['module:no_such_module', "
                                               r"'op:no_such_op'\] matched no op"):
-        convert_package(e / "3s.pt", e / "3s.export.json", pkg, report, options, META)
+        convert_package(e / "3s.functions", e / "3s.export.json", pkg, report, options, META)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -117,7 +117,7 @@ def test_selector_matching_nothing_fails_and_leaves_nothing(exported_generator, 
 def test_bad_fp32_ops_fail_before_converting(exported_generator, tmp_path, fp32_ops, precision, message):
     e = exported_generator
     with pytest.raises(ConversionError, match=message):
-        convert_package(e / "3s.pt", e / "3s.export.json", tmp_path / "p.mlpackage", tmp_path / "p.json",
+        convert_package(e / "3s.functions", e / "3s.export.json", tmp_path / "p.mlpackage", tmp_path / "p.json",
                         ConvertOptions.make(fp32_ops=fp32_ops, precision=precision), META)
     assert list(tmp_path.iterdir()) == []
 

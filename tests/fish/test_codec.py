@@ -135,10 +135,10 @@ def codec_build(fish_tiny, tmp_path_factory):
     from anetts.families import get_family
 
     d = tmp_path_factory.mktemp("codec")
-    export_stage(get_family("fish"), "codec", FRAMES, fish_tiny, d / "f8.pt", d / "f8.inputs.npz",
-                 d / "f8.export.json", d / "f8.outputs.npz")
+    export_stage(get_family("fish"), "codec", FRAMES, fish_tiny, d / "f8.functions", d / "f8.scenario.npz",
+                 d / "f8.export.json")
     opts = ConvertOptions.make(deployment_target="macOS15", precision="fp16", compute_units="CPU_AND_GPU")
-    convert_package(d / "f8.pt", d / "f8.export.json", d / "f8.mlpackage", d / "f8.json", opts,
+    convert_package(d / "f8.functions", d / "f8.export.json", d / "f8.mlpackage", d / "f8.json", opts,
                     {"model": "fish-tiny", "family": "fish"})
     return d
 
@@ -154,7 +154,7 @@ def test_codec_bucket_passes_parity_against_upstream(codec_build):
         "name": "codes", "shape": [1, 10, 8], "dtype": "int32", "description": spec["inputs"][0]["description"]}
     assert spec["outputs"][0]["shape"] == [1, 8 * 2048]
     assert export["valid_regions"]["audio"] == [1, 6 * 2048]  # the example leaves 2 padding frames
-    report = run_parity(d / "f8.mlpackage", d / "f8.inputs.npz", d / "f8.outputs.npz", d / "f8.export.json", Gate.make())
+    report = run_parity(d / "f8.mlpackage", d / "f8.scenario.npz", d / "f8.export.json", Gate.make())
     mil = report["backends"]["mil"]
     assert report["passed"] and mil["min_snr_db"] >= 35, mil
     conv = json.loads((d / "f8.json").read_text())

@@ -92,10 +92,10 @@ def test_dry_run_lists_every_fish_job(tmp_path, model, chunks, codec_buckets):
     out = run_snakemake(workdir, "-n", "all").stdout
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     n = chunks + 2
-    # one rule per step for every stage kind; only the export differs (what it writes)
-    assert {k: int(counts[k]) for k in ("export_scenario", "export", "convert", "parity", "chain_parity")} == \
-        {"export_scenario": n, "export": codec_buckets, "convert": n + codec_buckets, "parity": n + codec_buckets,
-         "chain_parity": 1}
+    # one rule per step for every stage kind, the export included (one layout)
+    assert {k: int(counts[k]) for k in ("export", "convert", "parity", "chain_parity")} == \
+        {"export": n + codec_buckets, "convert": n + codec_buckets, "parity": n + codec_buckets, "chain_parity": 1}
+    assert "export_scenario" not in counts
     assert {k: int(counts[k]) for k in ("bundle", "bundle_parity")} == {"bundle": 1, "bundle_parity": 1}
 
 
@@ -109,10 +109,13 @@ def test_fish_build_is_gated_and_manifested(fish_build):
     for p in m["packages"]:
         kind = m["stages"][p["stage"]]["kind"]
         assert kind == ("bucketed" if p["stage"] == "codec" else "scenario") and p["parity"]["passed"]
-        assert (mdir / p["path"]).is_dir() and (mdir / p["example_inputs"]).is_file()
+        assert (mdir / p["path"]).is_dir() and (mdir / p["scenario"]).is_file()
+        # one export layout for every stage kind: a folder of <function>.pt
+        assert sorted(f.name for f in (mdir / p["torchscript"]).glob("*.pt")) == sorted(
+            f"{f['name']}.pt" for f in p["functions"])
     codec = m["packages"][-1]
-    # the contract the runtime codes against: typed functions (manifest v3)
-    assert m["manifest_version"] == 3 and codec["function"] == "main" and len(codec["functions"]) == 1
+    # the contract the runtime codes against: typed functions, exports as functions folders (manifest v4)
+    assert m["manifest_version"] == 4 and codec["function"] == "main" and len(codec["functions"]) == 1
     main = codec["functions"][0]
     assert [(t["name"], t["shape"], t["dtype"]) for t in main["inputs"]] == [("codes", [1, 10, 8], "int32")]
     assert [(t["name"], t["shape"], t["dtype"]) for t in main["outputs"]] == [("audio", [1, 8 * 2048], "float32")]

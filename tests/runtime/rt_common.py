@@ -13,7 +13,7 @@ def copy_model_dir(src: Path, dest: Path) -> Path:
     """What the runtime reads of a model dir: manifest, packages, exports and runtime assets.
 
     The build's weights are left behind: the runtime must not need the checkpoint."""
-    skip = shutil.ignore_patterns("logs", "benchmarks", "reference", "*.inputs.npz")
+    skip = shutil.ignore_patterns("logs", "benchmarks", "reference", "*.scenario.npz")
 
     def ignore(folder, names):  # the top-level weights/ only: packages hold a weights/ folder too
         return set(skip(folder, names)) | ({"weights"} if Path(folder) == Path(src) else set())

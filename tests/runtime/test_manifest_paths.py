@@ -106,7 +106,7 @@ def test_a_variant_reaches_its_model_dir_and_no_further(tmp_path):
     variant = tmp_path / "kokoro-tiny" / "variants" / "int8"
     variant.mkdir(parents=True)
     ok = {"variant": {"name": "int8"}, "weights_dir": "../../weights",
-          "packages": [{"path": "../../packages/duration/t32.mlpackage", "torchscript": "../../export/duration/t32.pt",
+          "packages": [{"path": "../../packages/duration/t32.mlpackage", "torchscript": "../../export/duration/t32.functions",
                         "parity": {"report": "../../parity/duration/t32.json"}},
                        {"path": "packages/generator/3s.mlpackage", "parity": {"report": "parity/generator/3s.json"}}]}
     got = manifest_paths(variant, ok, "m")

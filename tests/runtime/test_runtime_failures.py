@@ -80,7 +80,7 @@ def test_tampered_voice_asset_fails_sha256_naming_it(model_dir, tmp_path):
 
 def test_tampered_torchscript_fails_sha256(model_dir, tmp_path):
     copy = copy_model_dir(model_dir, tmp_path / "m")
-    pt = copy / "export" / "duration" / "t32.pt"
+    pt = copy / "export" / "duration" / "t32.functions" / "main.pt"
     pt.write_bytes(pt.read_bytes() + b"\0")
     with pytest.raises(IntegrityError, match="duration/t32"):
         load(copy, backend="torch").synthesize(phonemes=SHORT, voice="syn_a")
@@ -163,7 +163,10 @@ def test_cli_usage_errors_exit_2(tmp_path):
 
 def test_cli_run_mil_delegates(model_dir, tmp_path, capsys):
     pkg = model_dir / "packages" / "decoder_pre" / "3s.mlpackage"
-    inputs = model_dir / "export" / "decoder_pre" / "3s.inputs.npz"
+    from anetts.verify.scenario import load_scenario
+
+    inputs = tmp_path / "3s.inputs.npz"  # the export's one call, as a plain npz of inputs
+    np.savez(inputs, **load_scenario(model_dir / "export" / "decoder_pre" / "3s.scenario.npz")[0].calls[0].inputs)
     out = tmp_path / "out.npz"
     assert main(["run-mil", str(pkg), "--inputs", str(inputs), "-o", str(out)]) == 0
     manifest = json.loads((model_dir / "manifest.json").read_text())
@@ -190,6 +193,19 @@ def test_bundles_serve_every_bucket_from_macos15(model_dir):
     assert a.shape == b.shape and np.array_equal(a, b)  # the same programs, merged
     with pytest.raises(ArtifactError, match="deployment target 'macOS'"):
         load(model_dir, backend="mil", deployment_target="macOS")
+
+
+def test_torch_backend_runs_a_bundled_bucket_from_its_export_folder(model_dir):
+    """The one export layout: a bucket's folder holds its one function as `main.pt`; where the
+    runtime serves the bucket from its stage's bundle (function `b3s`, ...), torch runs that file."""
+    per_bucket = load(model_dir, backend="torch", deployment_target="macOS14")
+    bundled = load(model_dir, backend="torch", deployment_target="macOS15")
+    entry = bundled.artifacts.package("generator", "3s")
+    assert entry.function != "main" and entry.torchscript.is_dir()
+    assert [p.name for p in entry.torchscript.glob("*.pt")] == ["main.pt"]
+    a = per_bucket.synthesize(phonemes=SHORT, voice="syn_a", seed=0).audio
+    b = bundled.synthesize(phonemes=SHORT, voice="syn_a", seed=0).audio
+    assert a.shape == b.shape and np.array_equal(a, b)
 
 
 def test_mil_backend_runs_the_packages(model_dir, tts):
