@@ -143,6 +143,3 @@ def bucket_regex(decls) -> str:
     return "|".join(f"(?:{p})" for p in patterns)
 
 
-def check_bucket_name(decl: StageDecl, bucket: str) -> None:
-    if not re.fullmatch(decl.bucket_regex, bucket):
-        raise ValueError(f"stage {decl.name}: bucket {bucket!r} does not match {decl.bucket_regex}")

@@ -132,7 +132,6 @@ class FunctionSpec:
                    tuple(StateSpec.from_json(t) for t in d.get("states", ())))
 
 
-
 class Stage(ABC):
     """A traceable piece of a model, compiled to one package per bucket.
 
@@ -163,10 +162,6 @@ class Stage(ABC):
     def logits_outputs(self) -> tuple[str, ...]:
         """Outputs that are logits: their top-1 agreement with upstream is gated (Gate.min_top1)."""
         return ()
-
-    def source_files(self) -> list[Path]:
-        """Files whose edits must re-export this stage (its module and what it imports from us)."""
-        return []
 
     # -- a stateless stage: one function at one bucket, one call on example inputs (from the
     # family's shared reference run when its declaration says `uses_reference`)

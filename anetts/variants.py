@@ -121,9 +121,6 @@ class VariantConfig:
     def in_all(self) -> list[str]:
         return [n for n in self.names if self.variants[n].get("in_all", False)]
 
-    def in_all_for(self, model: str) -> list[str]:
-        return [n for n in self.in_all() if self.applies(model, n)]
-
     # -- rule inputs -------------------------------------------------------------------------
     def code(self) -> list[str]:
         # scored as rule parity scores the package (WF.parity_code: every export is a scenario)

@@ -40,7 +40,7 @@ def profile(test_pkg: Path, ref_pkg: Path, scenario_npz: Path) -> list[dict]:
 
     inputs = dict(load_scenario(scenario_npz)[0].calls[0].inputs)  # the export's one call
     test = load_program(test_pkg)
-    ft = test._fn(None)  # executor internals: this is a debugging tool, as MilProgram.run_all is
+    ft = test._fn(None)  # executor internals: this is a debugging tool
     with torch.inference_mode():
         kept = test._execute(ft, test._bind_inputs(ft, inputs), keep_all=True)
     ref = load_program(ref_pkg)

@@ -311,13 +311,6 @@ def count_linear(mlmodel_or_package) -> int:
     return sum(op.type == "linear" for _, op in program_ops(spec))
 
 
-def check_rewrite(variant: str, rewritten: int, where: str) -> None:
-    """The 'matches nothing is an error' rule on its own (for callers counting themselves)."""
-    _check_variant(variant)
-    if variant not in ("none", "auto") and rewritten == 0:
-        raise RewriteError(f"linear rewrite {variant!r} matched no linear op in {where}")
-
-
 def convert_with_rewrite(model, variant: str, where: str = "", **convert_kwargs):
     """``ct.convert(model, pass_pipeline=…, **convert_kwargs)`` with the rewrite; returns
     ``(mlmodel, report)``.  Raises RewriteError per :meth:`LinearRewrite.check`."""

@@ -145,27 +145,6 @@ class MilProgram:
                 for n, t in zip(f.output_names, f.output_types)
             }
 
-    def run_torch(
-        self, inputs: Mapping[str, torch.Tensor | np.ndarray], function_name: str | None = None,
-        state: MilState | None = None,
-    ) -> dict[str, torch.Tensor]:
-        """Like :meth:`run` but returns the raw torch tensors (no numpy conversion)."""
-        f = self._fn(function_name)
-        env = self._bind_inputs(f, inputs)
-        with torch.inference_mode():
-            env = self._execute_stateful(f, env, state)
-            return {n: env[n] for n in f.output_names}
-
-    def run_all(
-        self, inputs: Mapping[str, np.ndarray], function_name: str | None = None, state: MilState | None = None
-    ) -> dict[str, np.ndarray]:
-        """Debugging aid: run and return *every* var (inputs, intermediates, outputs)."""
-        f = self._fn(function_name)
-        env = self._bind_inputs(f, inputs)
-        with torch.inference_mode():
-            env = self._execute_stateful(f, env, state, keep_all=True)
-            return {n: to_numpy(v, None) for n, v in env.items() if isinstance(v, torch.Tensor)}
-
     def _bind_inputs(self, f: _Function, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         expected = {s.name: s for s in f.inputs}
         missing = [n for n in expected if n not in inputs]
@@ -185,13 +164,12 @@ class MilProgram:
             env[s.name] = _convert_input(s, inputs[s.name], self.package)
         return env
 
-    def _execute_stateful(self, f: _Function, env: dict[str, Any], state: MilState | None,
-                          keep_all: bool = False) -> dict[str, Any]:
+    def _execute_stateful(self, f: _Function, env: dict[str, Any], state: MilState | None) -> dict[str, Any]:
         where = f"{self.package} [{f.ir.name}]"
         if not f.states:
             if state is not None and state.names:
                 raise MilInputError(f"{where}: the function has no states, but a state was passed")
-            return self._execute(f, env, keep_all)
+            return self._execute(f, env)
         if state is None:
             raise MilInputError(
                 f"{where}: the function has states {', '.join(s.name for s in f.states)}; "
@@ -201,11 +179,11 @@ class MilProgram:
             raise MilInputError(f"{where}: state must be a MilState (program.make_state()), got {type(state).__name__}")
         cells = state.cells_for(f.states, where)
         env.update(cells)
-        env = self._execute(f, env, keep_all)
+        env = self._execute(f, env)
         state.commit(cells)  # only after every op succeeded
         return env
 
-    def _execute(self, f: _Function, env: dict[str, Any], keep_all: bool = False) -> dict[str, Any]:
+    def _execute(self, f: _Function, env: dict[str, Any]) -> dict[str, Any]:
         for step in f.steps:
             args = [
                 env[x] if k == 0 else (x if k == 1 else [env[n] if kk == 0 else n for kk, n in x])
@@ -234,9 +212,8 @@ class MilProgram:
                     env[name] = val
                     if chk is not None:
                         _check(step, name, val, chk, self.package)
-            if not keep_all:
-                for n in step.free:
-                    del env[n]
+            for n in step.free:
+                del env[n]
         return env
 
 

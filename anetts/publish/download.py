@@ -49,10 +49,6 @@ def repo_cache(snapshot: Path) -> Path:
     return Path(snapshot).parents[1]  # <cache>/models--OWNER--NAME/snapshots/<commit>
 
 
-def is_hub_uri(value) -> bool:
-    return isinstance(value, str) and value.startswith(HF_SCHEME)
-
-
 def parse_uri(uri: str) -> tuple[str, str]:
     m = _URI.match(uri)
     if not m:

@@ -194,5 +194,3 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", priv
     return record
 
 
-def read_published(model_dir: Path) -> dict:
-    return json.loads((publish_dir(model_dir) / PUBLISHED).read_text(encoding="utf-8"))

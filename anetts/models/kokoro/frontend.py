@@ -55,12 +55,6 @@ def _upstream_tables() -> tuple[dict, dict]:
     return LANG_CODES, ALIASES
 
 
-def valid_langs() -> list[str]:
-    """Every accepted ``lang``: upstream's code letters, then its aliases."""
-    codes, aliases = _upstream_tables()
-    return [*codes, *aliases]
-
-
 def lang_code(lang: str | None = None, voice=None) -> str:
     """Upstream's language letter for an explicit ``lang`` (letter or alias) or for ``voice``'s name."""
     codes, aliases = _upstream_tables()

@@ -46,9 +46,6 @@ class CodecStage(Stage):
     def bucket_name(self, size: int) -> str:
         return self.decl.bucket_name(size)
 
-    def source_files(self) -> list[Path]:
-        return self.decl.source_paths()
-
     def spec(self, size: int) -> BucketSpec:
         if size < 1:
             raise ValueError(f"codec: bucket of {size} frames; a bucket holds >= 1 frame")

@@ -131,9 +131,6 @@ class CachedStack(nn.Module):
             for kind in ("k", "v"):
                 self.register_buffer(f"{kind}_cache_{i}", torch.zeros(1, d.n_local_heads, context, d.head_dim))
 
-    def state_names(self) -> list[str]:
-        return [f"{kind}_cache_{i}" for i in self.layer_ids for kind in ("k", "v")]
-
     def run_blocks(self, x, pos):
         """x (1, T, dim) at positions pos[0] .. pos[0]+T-1 (int32); caches written at those rows."""
         t = x.shape[1]

@@ -42,5 +42,3 @@ class KokoroStage(Stage):
     def geometry(self, size: int) -> dict[str, int]:
         return {"tokens": size} if self.bucket_unit == "tokens" else seconds_geometry(size)
 
-    def source_files(self) -> list[Path]:
-        return self.decl.source_paths()
