@@ -98,6 +98,13 @@ def validate_config(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     return config
 
 
+@functools.lru_cache(maxsize=None)
+def _relative(path: str, cwd: str) -> str:
+    """`path` resolved, relative to `cwd`: the same few dozen source files are named by hundreds of
+    rule inputs in one parse, and resolving each again was a tenth of our parse time."""
+    return os.path.relpath(Path(path).resolve(), cwd)
+
+
 class WorkflowConfig:
     def __init__(self, config: dict, root: str | Path = "."):
         self.config = config
@@ -248,7 +255,8 @@ class WorkflowConfig:
         # never an object of a default storage provider (--default-storage-provider s3)
         from snakemake.io import local
 
-        return local(sorted({os.path.relpath(Path(p).resolve(), Path.cwd()) for p in paths}))
+        cwd = os.getcwd()
+        return local(sorted({_relative(str(p), cwd) for p in paths}))
 
     def weights_code(self, model: str) -> list[str]:
         # each source depends on its own code: editing synthetic-only code never re-copies real weights
