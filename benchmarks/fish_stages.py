@@ -55,15 +55,18 @@ def scenario_figures(name, package, module, scenario, gate, logits=False, pertur
            "per_call_db": per_call_db(report), "passed": report["passed"],
            "mil_seconds": report["backends"]["mil"]["seconds"], "eager_seconds": round(eager_s, 3)}
     if logits:
-        key = scenario.functions[scenario.calls[0].function].outputs[0].name
-        got = np.stack([o[key].reshape(-1) for o in play_mil(package, scenario)])
-        want = np.stack([r[key].reshape(-1) for r in ref])
-        out["top1"] = top1_agreement(want, got)
-        out["top1_mismatch_calls"] = [int(i) for i in np.flatnonzero(want.argmax(-1) != got.argmax(-1))]
-        if "code" in scenario.calls[0].inputs:
-            # the fast AR's pos-0 logits are discarded (codebook 0 comes from the semantic token)
-            sampled = [i for i, c in enumerate(scenario.calls) if int(c.inputs["pos"][0]) > 0]
-            out["top1_sampled"] = top1_agreement(want[sampled], got[sampled])
+        keys = [scenario.functions[c.function].outputs[0].name for c in scenario.calls]  # each call's logits
+        played = play_mil(package, scenario)
+        got = [o[k].reshape(-1, o[k].shape[-1]) for o, k in zip(played, keys)]
+        want = [r[k].reshape(-1, r[k].shape[-1]) for r, k in zip(ref, keys)]
+        out["top1"] = top1_agreement(np.concatenate(want), np.concatenate(got))
+        out["top1_mismatch_calls"] = [i for i, (w, g) in enumerate(zip(want, got)) if (w.argmax(-1) != g.argmax(-1)).any()]
+        if any("code" in c.inputs and "pos" in c.inputs for c in scenario.calls):
+            # the fast AR's stepped calls after pos 0 (pos 0's logits are discarded: codebook 0 comes
+            # from the semantic token)
+            sampled = [i for i, c in enumerate(scenario.calls) if "pos" in c.inputs and int(c.inputs["pos"][0]) > 0]
+            out["top1_sampled"] = top1_agreement(np.concatenate([want[i] for i in sampled]),
+                                                 np.concatenate([got[i] for i in sampled]))
     if perturbed_package is not None:
         bad = run_scenario(perturbed_package, scenario, ref, gate)
         out["perturbed_per_call_db"] = per_call_db(bad)

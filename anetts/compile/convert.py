@@ -210,8 +210,12 @@ def convert_package(functions_dir: Path, export_json: Path, out_package: Path, o
 
 def convert_function(torchscript: Path, function: FunctionSpec, out_package: Path, out_report: Path,
                      options: ConvertOptions, model_meta: dict, stage: str, geometry: dict | None = None,
-                     out_inspect: Path | None = None, bucket: str | None = None) -> dict:
+                     out_inspect: Path | None = None, bucket: str | None = None,
+                     fp32_ops: Fp32Ops | None = None) -> dict:
     """Convert one traced function (with its states, if any) into a single-function package.
+
+    `fp32_ops`: the selectors of a whole multifunction package (`convert_functions`), which checks
+    them once all its functions are converted: a selector need only match ops of one function.
 
     `convert_package` is this for an export job's bucket; stateful functions (`prefill`,
     `decode`) are converted one by one and merged with `anetts.compile.bundle.bundle_packages`,
@@ -237,7 +241,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     traced = torch.jit.load(str(torchscript)).eval()
     inputs = [ct.TensorType(name=t.name, shape=t.shape, dtype=DTYPES[t.dtype]) for t in spec.inputs]
     outputs = [ct.TensorType(name=t.name, dtype=DTYPES[t.dtype]) for t in spec.outputs]
-    fp32_ops = Fp32Ops(options.fp32_ops, options.precision, where)
+    own_selectors = fp32_ops is None
+    fp32_ops = Fp32Ops(options.fp32_ops, options.precision, where) if own_selectors else fp32_ops
     precision = fp32_ops.compute_precision(ct, options.precision)
     rewrite = LinearRewrite(options.linear_rewrite, where=f"{spec.stage}/{spec.bucket}")
     try:
@@ -249,7 +254,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     except Exception as e:
         raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
     rewrite.check(mlmodel)  # a rewrite that matched nothing, or left a linear behind, is an error
-    fp32_ops.check()  # so is an fp32_ops selector that matched nothing
+    if own_selectors:
+        fp32_ops.check()  # so is an fp32_ops selector that matched nothing
     t1 = time.perf_counter()
 
     stamp = package_stamp(model_meta, spec.stage, spec.bucket, spec.geometry, options.precision,
@@ -332,13 +338,15 @@ def convert_functions(torchscripts: dict[str, Path], functions: list[FunctionSpe
 
     where = f"{stage}/{bucket}" if bucket else stage
     parts, reports = {}, {}
+    fp32_ops = Fp32Ops(options.fp32_ops, options.precision, where)
     for fn in functions:
         ts = Path(torchscripts[fn.name]) if fn.name in torchscripts else None
         if ts is None or not ts.is_file():
             raise ConversionError(f"{where}: function {fn.name} has no TorchScript {ts}")
         parts[fn.name] = Path(work_dir) / f"{fn.name}.mlpackage"
         reports[fn.name] = convert_function(ts, fn, parts[fn.name], Path(work_dir) / f"{fn.name}.json", options,
-                                            model_meta, stage=stage, geometry=geometry)
+                                            model_meta, stage=stage, geometry=geometry, fp32_ops=fp32_ops)
+    fp32_ops.check()
     meta = {**reports[functions[0].name]["metadata"], **({"anetts.bucket": bucket} if bucket else {})}
     t0 = time.perf_counter()
     bundle = bundle_packages(parts, out_package, default_function=functions[0].name, metadata=meta)

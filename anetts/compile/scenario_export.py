@@ -28,7 +28,7 @@ from anetts.compile.trace import TRACE_REL_TOL, ExportError, export_stage, load_
 from anetts.families import declaration
 from anetts.provenance import provenance
 from anetts.stage import Family
-from anetts.verify.metrics import compare, top1_agreement
+from anetts.verify.metrics import compare, logit_rows, top1_agreement
 from anetts.verify.scenario import record_eager
 
 log = logging.getLogger(__name__)
@@ -143,8 +143,8 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
                           f"{ {k: round(float(v), 1) for k, v in bad.items()} }, need >= {EAGER_MIN_DB})")
     top1 = {}
     for name in stage.logits_outputs():
-        top1[name] = top1_agreement(np.stack([u[name].reshape(-1) for u in upstream]),
-                                    np.stack([e[name].reshape(-1) for e in eager]))
+        calls = [i for i, u in enumerate(upstream) if name in u]
+        top1[name] = top1_agreement(logit_rows(upstream[i][name] for i in calls), logit_rows(eager[i][name] for i in calls))
 
     expected = [{**{k: v for k, v in e.items() if k.startswith("state/")}, **u} for e, u in zip(eager, upstream)]
     first_call = {}

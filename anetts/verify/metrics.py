@@ -48,6 +48,11 @@ def exact_match_fraction(reference: np.ndarray, candidate: np.ndarray) -> float:
     return float(np.mean(ref == x)) if ref.size else 1.0
 
 
+def logit_rows(calls) -> np.ndarray:
+    """Every call's logits as rows over their last axis, stacked (a call may hold several rows: one per pass)."""
+    return np.concatenate([np.asarray(c).reshape(-1, np.asarray(c).shape[-1]) for c in calls])
+
+
 def top1_agreement(reference: np.ndarray, candidate: np.ndarray, axis: int = -1) -> float:
     """Fraction of rows (all axes but `axis`) whose argmax over `axis` is the same (logits)."""
     ref, x = np.asarray(reference), np.asarray(candidate)

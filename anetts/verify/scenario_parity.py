@@ -16,7 +16,7 @@ import numpy as np
 
 from anetts.options import Gate
 from anetts.provenance import provenance
-from anetts.verify.metrics import top1_agreement
+from anetts.verify.metrics import logit_rows, top1_agreement
 from anetts.verify.parity import write_verdict
 from anetts.verify.scenario import load_scenario, run_scenario
 
@@ -44,14 +44,17 @@ def run_scenario_parity(package: Path, scenario_npz: Path, export_report: Path, 
         kept = b.pop("_outputs", {})
         b["top1"] = {}
         for out in logits:
-            want = np.stack([np.asarray(e[out]).reshape(-1) for e in expected])
-            got = np.stack([np.asarray(v).reshape(-1) for v in kept[out]])
+            calls = [i for i, _ in kept[out]]
+            want = logit_rows(expected[i][out] for i in calls)
+            got = logit_rows(v for _, v in kept[out])
+            call_of_row = np.repeat(calls, [np.asarray(v).size // want.shape[-1] for _, v in kept[out]])
             agree = top1_agreement(want, got)
-            b["top1"][out] = {"agreement": agree, "positions": len(want),
-                              "mismatch_calls": [int(i) for i in np.flatnonzero(want.argmax(-1) != got.argmax(-1))]}
+            b["top1"][out] = {"agreement": agree, "positions": len(want), "mismatch_calls": sorted(
+                {int(call_of_row[r]) for r in np.flatnonzero(want.argmax(-1) != got.argmax(-1))})}
             b["passed"] = bool(b["passed"] and agree >= gate.min_top1)
-        b["outputs"] = {t: {"snr_db": min(r["outputs"][t]["snr_db"] for r in b["calls"])}
-                        for t in b["calls"][0]["outputs"]}
+        names = dict.fromkeys(t for r in b["calls"] for t in r["outputs"])  # every function's, in call order
+        b["outputs"] = {t: {"snr_db": min(r["outputs"][t]["snr_db"] for r in b["calls"] if t in r["outputs"])}
+                        for t in names}
         arrays[f"{name}/per_call_db"] = np.asarray([np.nan if r["min_snr_db"] is None else r["min_snr_db"]
                                                     for r in b["calls"]])
         b["calls"] = _compact_calls(b, positions)

@@ -347,12 +347,12 @@ def test_cli_refuses_a_negative_seed(model_dir, tmp_path, capsys):
 
 def test_bench_times_a_fish_build_per_stage_and_per_frame(model_dir, tmp_path, capsys):
     """`anetts bench` on a Fish build: every package function on its own (the slow chunks' prefill and
-    decode on a fresh KV state), and greedy frames end to end with the per-frame parts."""
+    decode, the fast AR's fused frame and stepped decode, on a fresh KV state), and greedy frames end to
+    end with the per-frame parts, once with each fast-AR function."""
     import json
 
     from anetts.bench import validate_bench
     from anetts.cli import main
-    from anetts.models.fish.runtime import FRAME_SECONDS
     from anetts.runtime.manifest import ModelArtifacts
 
     out = tmp_path / "bench.json"
@@ -365,14 +365,23 @@ def test_bench_times_a_fish_build_per_stage_and_per_frame(model_dir, tmp_path, c
     rows = {s["label"]: s for s in r["stages"]}
     want = set()
     for stage, bucket in arts.packages:
-        fns = ("prefill", "decode") if stage.startswith("slow_chunk") else (None,)
+        fns = {"slow_chunk": ("prefill", "decode"), "fast_ar": ("frame", "decode")}.get(stage.rstrip("0123456789"), (None,))
         want |= {f"{stage}/{bucket}" + (f":{fn}" if fn else "") for fn in fns}
     assert set(rows) == want
     assert all(rows[k]["stateful"] for k in want if k.startswith(("slow_chunk", "fast_ar")))
     assert not any(rows[k]["stateful"] for k in want if k.startswith(("lm_head", "codec")))
     for s in rows.values():
         assert s["warm"]["n"] == 2 and 0 < s["warm"]["min_s"] <= s["warm"]["median_s"] and s["first_call_s"] > 0
-    (e2e,) = r["end_to_end"]
+    fused, stepped = r["end_to_end"]
+    assert (fused["fast_ar_function"], stepped["fast_ar_function"]) == ("frame", "decode")
+    for e2e in (fused, stepped):
+        _check_e2e_row(e2e)
+    assert r["upstream"]["cpu"]["available"] is False and "Fish" in r["upstream"]["cpu"]["reason"]
+
+
+def _check_e2e_row(e2e: dict) -> None:
+    from anetts.models.fish.runtime import FRAME_SECONDS
+
     assert e2e["target_s"] == 1 and e2e["frames"] == round(1 / FRAME_SECONDS)
     assert e2e["audio_s"] == pytest.approx(e2e["frames"] * FRAME_SECONDS)
     assert e2e["rtf_median"] == pytest.approx(e2e["warm"]["median_s"] / e2e["audio_s"])
@@ -380,7 +389,6 @@ def test_bench_times_a_fish_build_per_stage_and_per_frame(model_dir, tmp_path, c
     assert set(pf) == {"head", "sample", "fast", "slow", "frame"} and all(v > 0 for v in pf.values())
     assert pf["frame"] <= e2e["warm"]["median_s"] / e2e["frames"]  # the frames alone, without prefill and codec
     assert set(e2e["stages_median_s"]) == {"prefill", "head", "sample", "fast", "slow", "codec"}
-    assert r["upstream"]["cpu"]["available"] is False and "Fish" in r["upstream"]["cpu"]["reason"]
 
 
 def test_bench_refuses_kokoro_settings_on_a_fish_build(model_dir, tmp_path, capsys):

@@ -18,13 +18,17 @@ from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
 from anetts.models.fish.config import chunk_bounds
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage
 from anetts.options import ConvertOptions, Gate
-from anetts.verify.metrics import top1_agreement
+from anetts.verify.metrics import logit_rows, top1_agreement
 from anetts.verify.scenario import per_call_db, record_eager, run_scenario
+from anetts.workflow import WorkflowConfig
+from fish_helpers import MODEL, REPO, fish_config
 
 PREFILL, CONTEXT = 16, 192  # 164-token prompt padded to 176, plus 15 decode positions
 CHAIN_FRAMES = 8
 SCENARIO_DECODE, SCENARIO_FRAMES = 6, 3  # per-stage scenarios in the test; the chain runs 8 frames
 OPTIONS = ConvertOptions(deployment_target="macOS15", precision="fp16")
+# the fast AR as config.yaml converts it (its in-graph sampler fp32)
+FAST_OPTIONS = ConvertOptions(**WorkflowConfig(fish_config(), root=REPO).convert_options(MODEL, "fast_ar"))
 META = {"model": "fish-tiny", "family": "fish"}
 GATE = Gate(min_snr_db=35.0)
 
@@ -66,7 +70,7 @@ def packages(setup, tmp_path_factory):
     for st in chunks:
         pkgs[st.name] = export_stage(modules[st.name], st.functions(CONTEXT), out, OPTIONS, META, st.name)[0]
     pkgs["lm_head"] = export_stage(modules["lm_head"], head.functions(), out, OPTIONS, META, "lm_head")[0]
-    pkgs["fast_ar"] = export_stage(modules["fast_ar"], fast.functions(), out, OPTIONS, META, "fast_ar")[0]
+    pkgs["fast_ar"] = export_stage(modules["fast_ar"], fast.functions(), out, FAST_OPTIONS, META, "fast_ar")[0]
     return pkgs
 
 
@@ -110,10 +114,14 @@ def test_lm_head_restricted_rows_are_the_sampled_head(setup):
 def test_fast_ar_eager_equals_reference_every_frame_without_a_reset(setup):
     _, cfg, _, ref, _, _, fast, modules = setup
     sc = fast.teacher_forced(ref["slow_hidden"], ref["codes"])
-    got = np.stack([r["logits"].reshape(-1) for r in record_eager(modules["fast_ar"], sc)])
-    got = got.reshape(ref["fast_logits"].shape)
-    assert np.abs(got - ref["fast_logits"]).max() < 1e-5 * np.abs(ref["fast_logits"]).max() * 10
-    assert (got[:, 1:].argmax(-1) == ref["codes"][:, 1:]).all()
+    rec = record_eager(modules["fast_ar"], sc)
+    stepped = np.stack([r["logits"].reshape(-1) for r in rec if "logits" in r]).reshape(ref["fast_logits"].shape)
+    fused = np.concatenate([r["frame_logits"] for r in rec if "frame_logits" in r])
+    for got in (stepped, fused):  # one fused call per frame, then its 10 stepped calls
+        assert np.abs(got - ref["fast_logits"]).max() < 1e-5 * np.abs(ref["fast_logits"]).max() * 10
+        assert (got[:, 1:].argmax(-1) == ref["codes"][:, 1:]).all()
+    # the fused call drew upstream's codes from their noise (`forced_draw`)
+    assert (np.concatenate([r["codes"] for r in rec if "codes" in r]) == ref["codes"][:, 1:]).all()
     # every fast-AR tensor of the checkpoint (but the slow input's codebook table) is a parameter
     from anetts.models.fish.stages.fast_ar import fast_tensor_names
     from anetts.models.fish.weights import FAST_PREFIX, checkpoint_spec
@@ -146,10 +154,12 @@ def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
     rec = record_eager(copy.deepcopy(modules["fast_ar"]), sc)
     report = run_scenario(packages["fast_ar"], sc, rec, GATE)
     dbs = per_call_db(report)
-    got = np.stack([o["logits"].reshape(-1) for o in play_mil(packages["fast_ar"], sc)])
-    top1 = top1_agreement(np.stack([r["logits"].reshape(-1) for r in rec]), got)
+    played = play_mil(packages["fast_ar"], sc)
+    top1 = {out: top1_agreement(logit_rows(r[out] for r in rec if out in r), logit_rows(o[out] for o in played if out in o))
+            for out in fast.logits_outputs()}
     print(f"fast_ar: {len(dbs)} calls, min {min(dbs):.1f} dB, top-1 {top1}")
-    assert report["passed"] and len(dbs) == SCENARIO_FRAMES * cfg.num_codebooks and top1 == 1.0
+    assert report["passed"] and len(dbs) == SCENARIO_FRAMES * (cfg.num_codebooks + 1)
+    assert top1 == {"frame_logits": 1.0, "logits": 1.0}
 
 
 def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp_path):
@@ -179,7 +189,7 @@ def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp
     assert all(d < 35.0 for d in dbs)
 
     sc = fast.teacher_forced(ref["slow_hidden"][:1], ref["codes"][:1])
-    pkg = export_stage(perturbed(modules["fast_ar"]), fast.functions(), tmp_path, OPTIONS, META, "fast_ar")[0]
+    pkg = export_stage(perturbed(modules["fast_ar"]), fast.functions(), tmp_path, FAST_OPTIONS, META, "fast_ar")[0]
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules["fast_ar"]), sc), GATE))
     print(f"perturbed fast_ar: {[round(d, 1) for d in dbs]}")
     assert all(d < 35.0 for d in dbs)

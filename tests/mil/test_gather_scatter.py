@@ -146,3 +146,21 @@ def test_scatter_nd_dynamic_nonzero_update():
 
     (got,) = run(build, {"d": data})
     assert_close(got, np.where(data < 0, np.float16(3.14), data))
+
+
+@pytest.mark.parametrize("op", ["gather", "gather_along_axis"])
+def test_gather_from_a_uint16_tensor(op):
+    """coremltools narrows an index tensor it gathers from (argsort's output, in the fused fast AR's
+    sampler) to uint16, which torch's CPU gather kernels do not take."""
+    order = np.argsort(-X[0], axis=-1).astype(np.int32)  # (4, 5)
+    idx = np.array([[0], [2], [4], [1]], np.int32)
+
+    def build(o, i):
+        o16 = mb.cast(x=o, dtype="uint16")
+        picked = mb.gather_along_axis(x=o16, indices=i, axis=1) if op == "gather_along_axis" else \
+            mb.gather(x=o16, indices=mb.reshape(x=i, shape=[4]), axis=1)
+        return mb.cast(x=picked, dtype="int32")
+
+    (got,) = run(build, {"o": order, "i": idx}, opset=17)
+    want = np.take_along_axis(order, idx, 1) if op == "gather_along_axis" else order[:, idx.reshape(-1)]
+    assert np.array_equal(got, want)

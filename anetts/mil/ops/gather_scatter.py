@@ -46,6 +46,20 @@ def _index_checker(node: Node):
     return check
 
 
+# torch's CPU gather kernels take no unsigned type but uint8; coremltools narrows index tensors it
+# gathers from (argsort's output) to uint16. Gather those as int64 and cast back: exact.
+_WIDENED = {torch.uint16, torch.uint32, torch.uint64}
+
+
+def _widened(gather):
+    def run(x, *args):
+        if x.dtype in _WIDENED:
+            return gather(x.to(torch.int64), *args).to(x.dtype)
+        return gather(x, *args)
+
+    return run
+
+
 @register("gather")
 def _gather(node: Node) -> Kernel:
     axis = node.int("axis", 0) if node.has("axis") else 0
@@ -71,7 +85,7 @@ def _gather(node: Node) -> Kernel:
         out = torch.stack(outs, 0)
         return out.reshape(bshape + tuple(out.shape[1:]))
 
-    return Kernel(run, ["x", "indices"])
+    return Kernel(_widened(run), ["x", "indices"])
 
 
 @register("gather_along_axis")
@@ -83,7 +97,7 @@ def _gather_along_axis(node: Node) -> Kernel:
         a = norm_axis(axis, x.dim())
         return torch.gather(x, a, check(indices, x.shape[a]))
 
-    return Kernel(run, ["x", "indices"])
+    return Kernel(_widened(run), ["x", "indices"])
 
 
 @register("gather_nd")

@@ -12,6 +12,12 @@ previous one's output, so errors compound as they will at run time. It runs twic
 - closed loop: the compiled picks fed back, reported (frames whose codes all equal upstream's,
   the first divergence and upstream's logit gap there), not gated: after one flipped near-tie the
   two decodes are different, equally valid sequences.
+
+Then the fast AR's two functions against each other (`fused_vs_stepped`): the loop with the
+stepped `decode` (codes drawn on the host) and again with the fused `frame` (codes drawn in the
+graph on the same seeded noise), greedy and sampled, over `FUSED_FRAMES` frames. The fused run
+follows the stepped run's picks, so every frame is compared; gated: each code that differs must be
+a near-tie of the stepped run (its logit gap, or its race gap log p + G, <= `FUSED_TIE_GAP`).
 """
 from __future__ import annotations
 
@@ -24,9 +30,17 @@ import numpy as np
 
 from anetts.models.fish.assets import InputEmbedding
 from anetts.models.fish.greedy import Greedy
-from anetts.models.fish.runtime import FishDecoder
+from anetts.models.fish.runtime import FishDecoder, Sampling
+from anetts.models.fish.sampling import DECODE, FRAME, SamplingParams, filtered_probs
 from anetts.options import Gate
 from anetts.provenance import provenance
+from anetts.verify.metrics import compare
+
+FUSED_FRAMES = 128
+# The two graphs compute the same fp16 logits in another op order (and the fused one draws in
+# fp32, the host in fp64): picks closer than this may differ, as a near-tie flips (logits of std ~1)
+FUSED_TIE_GAP = 0.01
+FUSED_SAMPLING = {"greedy": SamplingParams(temperature=0.0), "sampled": SamplingParams()}
 
 
 def mil_program(stage: str, package: Path):
@@ -63,6 +77,78 @@ def decode_against(decoder: FishDecoder, ref: dict, n_frames: int, follow: bool)
     return out
 
 
+class _Recorded(Sampling):
+    """The stepped run's picks, with every pass's logits kept."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.fast_logits: list[np.ndarray] = []
+
+    def seen(self, frame, position, hidden, head_logits, fast_logits) -> None:
+        self.fast_logits.append(np.asarray(fast_logits, np.float32))
+
+
+class _Replay(Sampling):
+    """The fused run on the same seeded stream, following the stepped run's tokens and codes."""
+
+    def __init__(self, params, cfg, row_ids, seed, stepped: list[tuple[int, list[int]]], stepped_logits):
+        super().__init__(params, cfg, row_ids, seed)
+        self.stepped, self.stepped_logits = stepped, stepped_logits
+        self.tokens_equal, self.frames_equal, self.logits_db, self.divergences = 0, 0, [], []
+
+    def semantic(self, frame: int, logits: np.ndarray) -> int:
+        own = super().semantic(frame, logits)  # draws as the stepped run did
+        self.tokens_equal += own == self.stepped[frame][0]
+        return self.stepped[frame][0]
+
+    def draw(self, frame: int) -> dict[str, np.ndarray]:
+        self._draw = super().draw(frame)
+        return self._draw
+
+    def drawn(self, frame: int, codes: list[int], logits: np.ndarray) -> list[int]:
+        want, ref = self.stepped[frame][1][1:], self.stepped_logits[frame]
+        if codes == want:
+            self.frames_equal += 1
+            self.logits_db.append(float(compare(ref, logits)["snr_db"]))
+            return want
+        c = next(i for i, (a, b) in enumerate(zip(codes, want)) if a != b)  # later codes follow another path
+        z, p = ref[c + 1].astype(np.float64), self.params
+        if p.greedy:
+            score = z
+        else:
+            with np.errstate(divide="ignore"):
+                score = np.log(filtered_probs(z, p.temperature, p.top_p, p.top_k)) + self._draw["gumbel"][0, c]
+        self.divergences.append({"frame": frame, "codebook": c + 1, "stepped": want[c], "fused": codes[c],
+                                 "stepped_gap": float(score[want[c]] - score[codes[c]])})
+        return want
+
+
+def fused_vs_stepped(decoder: FishDecoder, rows: np.ndarray, n_frames: int, seed: int = 0) -> dict:
+    """The fast AR's `frame` against its `decode` in the decode loop, greedy and sampled (module doc)."""
+    out = {}
+    for mode, params in FUSED_SAMPLING.items():
+        stepped = _Recorded(params, decoder.cfg, decoder.row_ids, seed)
+        decoder.fast_function = DECODE
+        t0 = time.perf_counter()
+        frames = list(decoder.generate(rows, n_frames, stepped, stop_at_end=False))
+        t1 = time.perf_counter()
+        fused = _Replay(params, decoder.cfg, decoder.row_ids, seed, frames, stepped.fast_logits)
+        decoder.fast_function = FRAME
+        try:
+            n = sum(1 for _ in decoder.generate(rows, n_frames, fused, stop_at_end=False))
+        finally:
+            decoder.fast_function = None
+        gaps = [d["stepped_gap"] for d in fused.divergences]
+        out[mode] = {"params": asdict(params), "seed": seed, "frames": n, "semantic_equal": fused.tokens_equal,
+                     "frames_all_codes_equal": fused.frames_equal, "divergences": fused.divergences,
+                     "max_stepped_gap": max(gaps, default=None),
+                     "frame_logits_min_db": round(min(fused.logits_db), 2) if fused.logits_db else None,
+                     "fast_seconds": {"stepped": round(stepped.timings["fast"], 3), "fused": round(fused.timings["fast"], 3)},
+                     "seconds": {"stepped": round(t1 - t0, 3), "fused": round(time.perf_counter() - t1, 3)}}
+        out[mode]["passed"] = bool(n == len(frames) and fused.tokens_equal == n and all(g <= FUSED_TIE_GAP for g in gaps))
+    return out
+
+
 def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, reference: Path, gate: Gate,
                 prefill: int, closed_loop_frames: int | None = None) -> dict:
     """`chunks`: the slow chunk stages among `packages`, in layer order."""
@@ -79,10 +165,14 @@ def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, 
         n = int(stops[0])
     tf = decode_against(decoder, ref, n, follow=True)
     loop = decode_against(decoder, ref, min(closed_loop_frames or n, n), follow=False)
+    # a prompt of one prefill block leaves the context's room for the fused-vs-stepped frames
+    rows = ref["prompt"][:, :prefill]
+    fused = fused_vs_stepped(decoder, rows, min(FUSED_FRAMES, decoder.room(rows.shape[1])))
     checks = {
         "slow_hidden_min_db": tf["slow_hidden_min_db"] >= gate.min_snr_db,
         "head_top1": tf["head_top1"] >= gate.min_top1,
         "fast_codes_agreement": tf["fast_codes_agreement"] >= gate.min_top1,
+        **{f"fused_equals_stepped_{mode}": r["passed"] for mode, r in fused.items()},
     }
     return {
         "kind": "chain",
@@ -90,9 +180,14 @@ def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, 
         "gate": asdict(gate),
         "teacher_forced": tf,
         "closed_loop": loop,
+        "fused_vs_stepped": fused,
+        "fused_tie_gap": FUSED_TIE_GAP,
+        # Core ML calls per frame: the slow chunks, the head, then the fast AR's one fused call or 10 stepped
+        "calls_per_frame": {FRAME: len(chunks) + 2, DECODE: len(chunks) + 1 + embed.cfg.num_codebooks},
         "checks": checks,
         "passed": all(checks.values()),
         "meets_target": all(checks.values()) and tf["slow_hidden_min_db"] >= gate.target_snr_db,
-        "seconds": {"teacher_forced": tf["seconds"]["total"], "closed_loop": loop["seconds"]["total"]},
+        "seconds": {"teacher_forced": tf["seconds"]["total"], "closed_loop": loop["seconds"]["total"],
+                    **{f"fused_vs_stepped_{m}": sum(r["seconds"].values()) for m, r in fused.items()}},
         "provenance": provenance(),
     }

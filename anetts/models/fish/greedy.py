@@ -18,6 +18,7 @@ import numpy as np
 
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.runtime import Picks
+from anetts.models.fish.sampling import forced_draw, frame_draw
 from anetts.verify.metrics import compare, top1_agreement
 
 
@@ -65,6 +66,22 @@ class Greedy(Picks):
             ul = self.up["fast_logits"][frame][codebook]
             self._diverged(frame, codebook, own, up, ul[up] - ul[own], logits[own] - logits[up])
         return up if self.follow else own
+
+    def draw(self, frame: int) -> dict[str, np.ndarray]:
+        """Fused fast AR: upstream's codes replayed by their noise when following, else the argmax."""
+        n, cb = self.cfg.num_codebooks, self.cfg.codebook_size
+        if self.follow and frame < len(self.up["codes"]):
+            return forced_draw(np.asarray(self.up["codes"][frame])[1:], cb)
+        return frame_draw(0.0, 1.0, 0, np.zeros((1, n - 1, cb), np.float32))
+
+    def drawn(self, frame: int, codes: list[int], logits: np.ndarray) -> list[int]:
+        """Each pass's argmax compared with upstream as the stepped picks are; the graph must have
+        drawn what this picks (upstream's codes when following, the argmax when not)."""
+        keep = [self.code(frame, c, logits[c]) for c in range(1, self.cfg.num_codebooks)]
+        if keep != list(codes):
+            want = "upstream's, forced by their noise" if self.follow else "the argmax of its logits"
+            raise ValueError(f"frame {frame}: the fused fast AR drew codes {list(codes)}, expected {keep} ({want})")
+        return keep
 
     def seen(self, frame, position, hidden, head_logits, fast_logits) -> None:
         self.positions.append(int(position))

@@ -5,7 +5,8 @@ Per text chunk::
     prompt rows (prompt.build_prompt) -> host input embedding (fp16 assets)
       -> slow chunks `prefill` in blocks (KV states)                      ─┐
       -> per frame: lm_head (restricted logits) -> semantic draw (RAS)     │ stop at <|im_end|>
-                    -> 10 x fast_ar `decode` (codebook draws)              │ or the frame budget
+                    -> fast_ar `frame` (10 passes, codes drawn in the graph │ or the frame budget
+                       on the host's noise; or 10 x `decode`, drawn here)  │
                     -> [token, a0..a9] embedded -> slow chunks `decode`   ─┘
       -> codes (frames, 10) -> codec stage (bucketed, windows) -> audio
 
@@ -30,7 +31,8 @@ import numpy as np
 from anetts.models.fish import prompt as P
 from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS, InputEmbedding
 from anetts.models.fish.config import CONFIG_NAME, FishConfig
-from anetts.models.fish.sampling import SamplingParams, SemanticSampler, sample_logits
+from anetts.models.fish.sampling import (DECODE, FRAME, NOISE_LOW, SamplingParams, SemanticSampler, frame_draw,
+                                         gumbel_noise, sample_logits)
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
 from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
@@ -130,8 +132,18 @@ class Picks:
         raise NotImplementedError
 
     def code(self, frame: int, codebook: int, logits: np.ndarray) -> int:
-        """Code `codebook` (1..num_codebooks-1) of frame `frame` from that fast-AR pass's logits."""
+        """Code `codebook` (1..num_codebooks-1) of frame `frame` from that fast-AR pass's logits
+        (the stepped fast AR, `decode`)."""
         raise NotImplementedError
+
+    def draw(self, frame: int) -> dict[str, np.ndarray]:
+        """The fused fast AR's (`frame`) sampling inputs for frame `frame` (`sampling.frame_draw`)."""
+        raise NotImplementedError
+
+    def drawn(self, frame: int, codes: list[int], logits: np.ndarray) -> list[int]:
+        """After a fused call: the codes 1..num_codebooks-1 the graph drew and every pass's logits
+        (num_codebooks, codebook_size); returns the codes the frame keeps."""
+        return codes
 
     def seen(self, frame: int, position: int, hidden: np.ndarray, head_logits: np.ndarray,
              fast_logits: list[np.ndarray]) -> None:
@@ -145,7 +157,7 @@ class Sampling(Picks):
 
     def __init__(self, params: SamplingParams, cfg: FishConfig, row_ids: np.ndarray, seed: int):
         super().__init__()
-        self.params, self.rng = params, np.random.default_rng(seed)
+        self.params, self.cfg, self.rng = params, cfg, np.random.default_rng(seed)
         self.sampler = SemanticSampler(params, row_ids, (cfg.semantic_begin_id, cfg.semantic_end_id), self.rng)
 
     def semantic(self, frame: int, logits: np.ndarray) -> int:
@@ -155,6 +167,12 @@ class Sampling(Picks):
         p = self.params
         return sample_logits(logits, p.temperature, p.top_p, p.top_k, self.rng)
 
+    def draw(self, frame: int) -> dict[str, np.ndarray]:
+        """The noise `code` would take for codes 1..n-1, in its order (none drawn when greedy)."""
+        p, shape = self.params, (1, self.cfg.num_codebooks - 1, self.cfg.codebook_size)
+        noise = np.zeros(shape, np.float32) if p.greedy else gumbel_noise(self.rng.uniform(NOISE_LOW, 1.0, size=shape))
+        return frame_draw(p.temperature, p.top_p, p.top_k, noise)
+
 
 class FishDecoder:
     """Prompt rows -> frames (semantic token, 10 codes) through the AR stages' packages.
@@ -162,13 +180,22 @@ class FishDecoder:
     `program(stage)` gives a loaded stage package (`slow_chunk<k>`, `lm_head`, `fast_ar`) with
     `run(function, inputs, state)` and `new_state()` (zeroed KV states); the host embeds the input
     rows, `Picks` chooses every token and code. `context` is the slow chunks' KV rows, `prefill`
-    their prefill block."""
+    their prefill block. `fast_function`: the fast AR's `frame` (fused, one call per frame) or
+    `decode` (stepped); None: the package's default."""
 
     def __init__(self, cfg: FishConfig, embed: Callable[[np.ndarray], np.ndarray], program: Callable[[str], object],
-                 chunk_stages: Sequence[str], context: int, prefill: int, row_ids: np.ndarray):
+                 chunk_stages: Sequence[str], context: int, prefill: int, row_ids: np.ndarray,
+                 fast_function: str | None = None):
         self.cfg, self.embed, self.program = cfg, embed, program
         self.chunk_stages, self.context, self.prefill_tokens = list(chunk_stages), int(context), int(prefill)
         self.row_ids = np.asarray(row_ids)
+        if fast_function not in (None, FRAME, DECODE):
+            raise InputError(f"fast_function must be {FRAME!r} (fused) or {DECODE!r} (stepped), got {fast_function!r}")
+        self.fast_function = fast_function
+
+    @property
+    def fused(self) -> bool:
+        return (self.fast_function or self.program("fast_ar").default_function) == FRAME
 
     def room(self, T: int) -> int:
         """Frames a T-token prompt leaves in the context (0 if its padded prefill does not fit)."""
@@ -208,12 +235,23 @@ class FishDecoder:
         t["sample"] += t2 - t1
         fast_logits: list[np.ndarray] = []
         codes: list[int] = []
-        if token != cfg.im_end_id:
+        if token != cfg.im_end_id and self.fused:
+            codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
+            draw = picks.draw(f)
+            t0 = time.perf_counter()
+            out = self.program("fast_ar").run(FRAME, {"hidden": hid, "code": np.array(codes, np.int32), **draw},
+                                              fast_state)
+            t1 = time.perf_counter()
+            t["fast"] += t1 - t0
+            fast_logits = list(out["frame_logits"][0])
+            codes += picks.drawn(f, [int(c) for c in out["codes"].reshape(-1)], out["frame_logits"][0])
+            t["sample"] += time.perf_counter() - t1
+        elif token != cfg.im_end_id:
             codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
             fast = self.program("fast_ar")
             for c in range(cfg.num_codebooks):
                 t0 = time.perf_counter()
-                fl = fast.run("decode", {"hidden": hid, "code": np.array([0 if c == 0 else codes[-1]], np.int32),
+                fl = fast.run(DECODE, {"hidden": hid, "code": np.array([0 if c == 0 else codes[-1]], np.int32),
                                          "pos": np.array([c], np.int32)}, fast_state)["logits"].reshape(-1)
                 t1 = time.perf_counter()
                 t["fast"] += t1 - t0

@@ -8,6 +8,11 @@ token is a semantic id among the last `ras_window` semantic tokens, the token of
 temperature 1.0 / top-p 0.9 (same top-k) is used instead. Both draws take their noise every step,
 so the random stream does not depend on the outcome. Greedy decoding (temperature 0) disables RAS:
 it is upstream's greedy reference decode.
+
+The fast AR's fused `frame` function draws its codes in the graph the same way, on noise the host
+supplies (`frame_draw`): Gumbel noise G = -log(-log U), since argmax(p / E) = argmax(log p + G)
+for E = -log U. The same seeded U stream therefore gives the same codes as the stepped path, and
+noise that favours chosen codes replays them (`forced_draw`).
 """
 from __future__ import annotations
 
@@ -20,6 +25,12 @@ RAS_WINDOW = 10
 RAS_TEMPERATURE = 1.0
 RAS_TOP_P = 0.9
 NOISE_LOW = 1e-6
+# The fast AR package's functions: `frame` (the 10 passes, codes drawn in the graph) and `decode`
+# (one pass per call, drawn here)
+FRAME, DECODE = "frame", "decode"
+# Gumbel noise that makes a code win the race whatever the logits (they are O(10)); a forced code
+# must also survive top-p / top-k, which `forced_draw` turns off
+FORCE_GUMBEL = 1e4
 
 
 @dataclass(frozen=True)
@@ -100,3 +111,21 @@ class SemanticSampler:
         if self.lo <= token <= self.hi and p.ras_window:
             self.recent.append(token)
         return token
+
+
+def gumbel_noise(uniform: np.ndarray) -> np.ndarray:
+    """The `frame` function's noise from the uniform draws U that `sample_logits` would take."""
+    return (-np.log(-np.log(np.asarray(uniform, np.float64)))).astype(np.float32)
+
+
+def frame_draw(temperature: float, top_p: float, top_k: int, gumbel: np.ndarray) -> dict[str, np.ndarray]:
+    """The sampling inputs of the `frame` function: gumbel (1, num_codebooks - 1, codebook_size)."""
+    return {"temperature": np.array([temperature], np.float32), "top_p": np.array([top_p], np.float32),
+            "top_k": np.array([top_k], np.int32), "gumbel": np.asarray(gumbel, np.float32)}
+
+
+def forced_draw(codes, codebook_size: int) -> dict[str, np.ndarray]:
+    """`frame_draw` under which the frame function draws `codes` (its codes 1..n-1) whatever its logits."""
+    g = np.zeros((1, len(codes), codebook_size), np.float32)
+    g[0, np.arange(len(codes)), np.asarray(codes, np.int64)] = FORCE_GUMBEL
+    return frame_draw(1.0, 1.0, 0, g)
