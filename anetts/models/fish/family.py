@@ -41,8 +41,9 @@ DECLARATION = FamilyDecl(
     },
     reference_code=(f"{_F}/reference.py", f"{_F}/prompt.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
     assets_code=(f"{_F}/assets.py",),
-    # the chain check drives the runtime's decode loop (runtime.py) greedily (greedy.py)
-    chain_code=(f"{_F}/chain_check.py", f"{_F}/greedy.py", f"{_F}/runtime.py", f"{_F}/assets.py"),
+    # the chain check drives the runtime's decode loop (runtime.py) greedily (greedy.py) and sampled
+    # (sampling.py: the host's draws, and the noise the fused fast AR draws on)
+    chain_code=(f"{_F}/chain_check.py", f"{_F}/greedy.py", f"{_F}/runtime.py", f"{_F}/sampling.py", f"{_F}/assets.py"),
     # the runtime end to end over the compiled packages vs upstream greedy generation (rule end_to_end)
     end_to_end_code=(f"{_F}/end_to_end.py", f"{_F}/greedy.py", f"{_F}/runtime.py", f"{_F}/reference.py",
                      f"{_F}/codec.py", f"{_F}/prompt.py", f"{_F}/sampling.py", f"{_F}/assets.py"),
