@@ -64,6 +64,9 @@ class _Fault:
     def __init__(self, program, fault: str):
         self.program, self.fault = program, fault
 
+    def __getattr__(self, name):  # functions, default_function: the package's own
+        return getattr(self.program, name)
+
     def new_state(self):
         return self.program.new_state()
 
@@ -84,9 +87,11 @@ def faulty(tts):
 
     def inject(fault: str):
         tts.decoder.program = lambda stage: _Fault(program(stage), fault)
+        if fault == "fast_state_reset_per_pass":  # a state reset between passes needs the stepped passes
+            tts.decoder.fast_function = "decode"
 
     yield inject
-    tts.decoder.program = program
+    tts.decoder.program, tts.decoder.fast_function = program, None
 
 
 def test_the_gate_passes_the_runtime_as_built(tts, model_dir, gate):
