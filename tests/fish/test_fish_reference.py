@@ -151,3 +151,24 @@ def test_reference_model_keeps_bf16_and_upcasts_one_tensor_at_a_time(fish_refere
     largest = max(t.numel() for t in stored.values()) * 4
     assert len(reads) == len(stored) and seen["reads"] > len(stored)
     assert 0 < seen["peak_bytes"] <= largest, f"{seen['peak_bytes']} B of fp32 weights alive at once > {largest} B"
+
+
+def test_decode_position_tables_are_the_whole_context_ones_cut_to_its_rows(fish_reference):
+    """prepare_decode's RoPE tables and causal mask equal the first rows of upstream's whole-context
+    ones (fish-tiny's, and the RoPE table at fish-s2-pro's head size and 32768 positions)."""
+    from fish_speech.models.text2semantic.llama import precompute_freqs_cis
+
+    model, cfg, prompt, _ = fish_reference
+    whole = R.s2_model_class()(R.model_args(cfg), tokenizer=R.SemanticIds(cfg)).float()
+    rows = prompt.shape[1] + 3
+    R.prepare_decode(model, cfg, rows)
+    L = model.max_seq_len
+    assert L == rows + (-rows) % 8 and model.layers[0].attention.kv_cache.k_cache.shape[2] == L
+    assert torch.equal(model.freqs_cis, whole.freqs_cis[:L]) and model.freqs_cis.dtype == torch.float32
+    assert torch.equal(model.causal_mask, whole.causal_mask[:L, :L])
+    assert torch.equal(model.fast_freqs_cis, whole.fast_freqs_cis)
+    s2 = precompute_freqs_cis(32_768, 128, 1_000_000.0)
+    for n in (8, 176, 1000, 4096):
+        assert torch.equal(precompute_freqs_cis(n, 128, 1_000_000.0), s2[:n]), n
+    with pytest.raises(ValueError, match="does not fit max_seq_len 1024"):
+        R.prepare_decode(model, cfg, cfg.slow.max_seq_len + 1)

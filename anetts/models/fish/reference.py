@@ -98,13 +98,24 @@ class _ReadAsFloat32(torch.nn.Module):
         return stored.float()
 
 
-def _upstream_buffers(args, cfg: FishConfig) -> dict[str, torch.Tensor]:
-    """Upstream's non-persistent buffers (RoPE tables, causal mask), built by its own constructor on a
-    model without layers or vocabulary; floating ones in fp32, as the full-fp32 model held them."""
-    shell_args = dataclasses.replace(args, n_layer=0, n_fast_layer=0, vocab_size=1, codebook_size=1,
-                                     dim=1, fast_dim=1)
+def prepare_decode(model, cfg: FishConfig, rows: int) -> None:
+    """Fit `model` for a decode of positions [0, rows): new fp32 KV caches and position tables (RoPE,
+    causal mask) of upstream's for that many rows, rounded up to 8 as upstream's `setup_caches` does.
+
+    Sized to the decode, not to the whole context: at fish-s2-pro's 32768 positions the KV caches
+    would be 9.7 GB and the causal mask 1 GB. New each time (upstream keeps longer caches it already
+    has), so a decode's bits depend on its own rows only. The tables come from upstream's own
+    constructor on a model without layers or vocabulary; floating ones in fp32, as `.float()` left them.
+    """
+    if not 0 < rows <= cfg.slow.max_seq_len:
+        raise ValueError(f"a decode of {rows} positions does not fit max_seq_len {cfg.slow.max_seq_len}")
+    model.max_seq_len = -1  # upstream's "no caches yet"
+    model.setup_caches(max_batch_size=1, max_seq_len=rows, dtype=torch.float32)
+    shell_args = dataclasses.replace(model.config, max_seq_len=model.max_seq_len, n_layer=0, n_fast_layer=0,
+                                     vocab_size=1, codebook_size=1, dim=1, fast_dim=1)
     shell = s2_model_class()(shell_args, tokenizer=SemanticIds(cfg))
-    return {name: b.float() if b.is_floating_point() else b for name, b in shell.named_buffers()}
+    for name, table in shell.named_buffers():
+        setattr(model, name, table.float() if table.is_floating_point() else table)
 
 
 def load_reference_model(weights_dir: Path):
@@ -121,8 +132,7 @@ def load_reference_model(weights_dir: Path):
         model = s2_model_class()(args, tokenizer=SemanticIds(cfg))
     state = {from_s2_key(k): v for k, v in load_state(weights_dir, DTYPE).items()}
     model.load_state_dict(state, strict=True, assign=True)
-    for name, buffer in _upstream_buffers(args, cfg).items():
-        setattr(model, name, buffer)
+    prepare_decode(model, cfg, 1)
     for module in list(model.modules()):
         for name, _ in list(module.named_parameters(recurse=False)):
             parametrize.register_parametrization(module, name, _ReadAsFloat32(), unsafe=True)
@@ -196,12 +206,7 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
     T = prompt.shape[1]
     if T + n_frames > cfg.slow.max_seq_len:
         raise ValueError(f"prompt of {T} tokens + {n_frames} frames exceeds max_seq_len {cfg.slow.max_seq_len}")
-    # fp32 KV caches of the rows this decode writes, new for each decode (upstream's `max_seq_len = -1`:
-    # no caches yet, so it never keeps longer ones; the attention's key count, and with it the decode
-    # steps' last float bits, depend on the rows alone). The whole 32768-token context would be 9.7 GB
-    # at fish-s2-pro.
-    model.max_seq_len = -1
-    model.setup_caches(max_batch_size=1, max_seq_len=T + n_frames, dtype=torch.float32)
+    prepare_decode(model, cfg, T + n_frames)
     bias = semantic_bias(cfg)
     captured: list[torch.Tensor] = []
     hooks = [model.layers[0].register_forward_pre_hook(lambda m, a: captured.append(a[0][0].clone()))]
