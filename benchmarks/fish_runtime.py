@@ -54,14 +54,14 @@ def upstream_greedy(model, cfg, prompt: np.ndarray, n: int) -> tuple[np.ndarray,
     codes, seconds to the first frame, total seconds."""
     import torch
 
-    from anetts.models.fish.reference import _reset_fast_cache, semantic_bias
+    from anetts.models.fish.reference import _reset_fast_cache, prepare_decode, semantic_bias
 
     bias = semantic_bias(cfg)
     codes_out, first = [], None
     t0 = time.perf_counter()
     with torch.inference_mode():
-        model.setup_caches(max_batch_size=1, max_seq_len=cfg.slow.max_seq_len, dtype=torch.float32)
         T = prompt.shape[1]
+        prepare_decode(model, cfg, T + n)
         x, pos = torch.from_numpy(prompt)[None], torch.arange(T)
         for f in range(n):
             r = model.forward_generate(x, pos)

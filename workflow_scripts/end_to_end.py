@@ -4,7 +4,7 @@ from pathlib import Path
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake, coremltools=True)
+log = setup(snakemake, coremltools=True, huge_pages=True)  # the Fish check decodes with the reference model
 from anetts.verify.end_to_end import check_end_to_end_report
 
 inp = snakemake.input

@@ -3,7 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
-log = setup(snakemake)
+log = setup(snakemake, huge_pages=True)
 from anetts.compile.trace import write_reference
 from anetts.families import get_family
 

@@ -1,10 +1,14 @@
-"""The upstream reference on fish-tiny: strict load, deterministic decode, and first logits equal to an
-independent float64 forward from the raw tensors (which a half-split RoPE fails)."""
+"""The upstream reference on fish-tiny: strict load, deterministic decode, first logits equal to an
+independent float64 forward from the raw tensors (which a half-split RoPE fails), and the bf16-resident
+loading decoding exactly as the full-fp32 model with one fp32 weight alive at a time."""
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 import pytest
 import torch
+from torch.nn.utils import parametrize
 
 from anetts.models.fish import oracle, reference as R, weights as W
 
@@ -12,8 +16,7 @@ from anetts.models.fish import oracle, reference as R, weights as W
 def test_every_checkpoint_tensor_maps_to_an_upstream_parameter(fish_tiny, fish_reference):
     model = fish_reference[0]
     names = set(W.read_index(fish_tiny))
-    weights = {k for k in model.state_dict() if ".kv_cache." not in k}  # caches are runtime buffers
-    assert {R.from_s2_key(n) for n in names} == weights  # the strict load covered them all
+    assert {R.from_s2_key(n) for n in names} == set(R.stored_tensors(model))  # the strict load covered them all
     assert R.from_s2_key("audio_decoder.codebook_embeddings.weight") == "codebook_embeddings.weight"
     assert R.from_s2_key("audio_decoder.layers.1.attention.wqkv.weight") == "fast_layers.1.attention.wqkv.weight"
 
@@ -71,7 +74,7 @@ def test_pre_norm_fast_input_changes_the_codes(fish_tiny, fish_reference):
 
     model, cfg, prompt, ref = fish_reference
     plain = DualARTransformer(R.model_args(cfg), tokenizer=R.SemanticIds(cfg))
-    plain.load_state_dict({k: v for k, v in model.state_dict().items() if ".kv_cache." not in k})
+    plain.load_state_dict({k: v.float() for k, v in R.stored_tensors(model).items()})
     out = R.reference_decode(plain.eval(), cfg, prompt, n_frames=2)
     assert np.allclose(out["slow_logits"][0], ref["slow_logits"][0], atol=1e-5)  # slow logits agree...
     assert not np.array_equal(out["codes"], ref["codes"][:2])  # ...the codes do not
@@ -99,3 +102,73 @@ def test_adaptation_agrees_with_the_native_mlx_port(fish_tiny, fish_reference):
     assert np.array_equal(other["codes"], ref["codes"])
     assert np.abs(other["slow_logits"] - ref["slow_logits"]).max() < 1e-4 * np.abs(ref["slow_logits"]).max()
     assert np.abs(other["fast_logits"] - ref["fast_logits"]).max() < 1e-4 * np.abs(ref["fast_logits"]).max()
+
+
+def full_fp32_model(raw_state, cfg):
+    """The reference model as it was loaded before the bf16-resident one: upstream's S2 model with every
+    checkpoint tensor loaded as fp32, `.float()` (18 GB of weights at fish-s2-pro)."""
+    model = R.s2_model_class()(R.model_args(cfg), tokenizer=R.SemanticIds(cfg))
+    model.load_state_dict({R.from_s2_key(k): v for k, v in raw_state.items()}, strict=True)
+    return model.float().eval()
+
+
+def test_bf16_resident_model_decodes_exactly_as_the_full_fp32_one(fish_reference, raw_state):
+    model, cfg, prompt, ref = fish_reference
+    want = R.reference_decode(full_fp32_model(raw_state, cfg), cfg, prompt)
+    # a longer decode first: the KV caches are sized anew per decode, so it leaves no trace in the bits
+    R.reference_decode(model, cfg, prompt, R.REFERENCE_FRAMES + 8)
+    again = R.reference_decode(model, cfg, prompt)
+    assert set(ref) == set(want) == set(again)
+    for key, value in want.items():
+        assert ref[key].dtype == value.dtype and np.array_equal(ref[key], value), f"{key} differs"
+        assert np.array_equal(again[key], value), f"{key} differs after a longer decode"
+
+
+def test_reference_model_keeps_bf16_and_upcasts_one_tensor_at_a_time(fish_reference):
+    """Resident weights are the checkpoint's bf16; the fp32 copies alive at any read never sum past the
+    largest single tensor's (so at most one block's fp32 weights exist, far less at fish-s2-pro)."""
+    model, cfg, prompt, _ = fish_reference
+    stored = R.stored_tensors(model)
+    assert stored and all(t.dtype == torch.bfloat16 for t in stored.values())
+    assert sum(p.nbytes for p in model.parameters() if p.dtype != torch.bfloat16) == 0
+    alive: list[weakref.ref] = []
+    seen = {"reads": 0, "peak_bytes": 0}
+
+    def on_read(module, args, copy):
+        alive[:] = [r for r in alive if r() is not None]
+        alive.append(weakref.ref(copy))
+        seen["reads"] += 1
+        seen["peak_bytes"] = max(seen["peak_bytes"], sum(r().nbytes for r in alive if r() is not None))
+
+    reads = [plist for m in model.modules() if parametrize.is_parametrized(m)
+             for plist in m.parametrizations.values()]
+    hooks = [plist.register_forward_hook(on_read) for plist in reads]
+    try:
+        R.reference_decode(model, cfg, prompt, n_frames=2)
+    finally:
+        for h in hooks:
+            h.remove()
+    largest = max(t.numel() for t in stored.values()) * 4
+    assert len(reads) == len(stored) and seen["reads"] > len(stored)
+    assert 0 < seen["peak_bytes"] <= largest, f"{seen['peak_bytes']} B of fp32 weights alive at once > {largest} B"
+
+
+def test_decode_position_tables_are_the_whole_context_ones_cut_to_its_rows(fish_reference):
+    """prepare_decode's RoPE tables and causal mask equal the first rows of upstream's whole-context
+    ones (fish-tiny's, and the RoPE table at fish-s2-pro's head size and 32768 positions)."""
+    from fish_speech.models.text2semantic.llama import precompute_freqs_cis
+
+    model, cfg, prompt, _ = fish_reference
+    whole = R.s2_model_class()(R.model_args(cfg), tokenizer=R.SemanticIds(cfg)).float()
+    rows = prompt.shape[1] + 3
+    R.prepare_decode(model, cfg, rows)
+    L = model.max_seq_len
+    assert L == rows + (-rows) % 8 and model.layers[0].attention.kv_cache.k_cache.shape[2] == L
+    assert torch.equal(model.freqs_cis, whole.freqs_cis[:L]) and model.freqs_cis.dtype == torch.float32
+    assert torch.equal(model.causal_mask, whole.causal_mask[:L, :L])
+    assert torch.equal(model.fast_freqs_cis, whole.fast_freqs_cis)
+    s2 = precompute_freqs_cis(32_768, 128, 1_000_000.0)
+    for n in (8, 176, 1000, 4096):
+        assert torch.equal(precompute_freqs_cis(n, 128, 1_000_000.0), s2[:n]), n
+    with pytest.raises(ValueError, match="does not fit max_seq_len 1024"):
+        R.prepare_decode(model, cfg, cfg.slow.max_seq_len + 1)

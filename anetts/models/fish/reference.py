@@ -17,6 +17,7 @@ The codec (the sixth adaptation, its import shims) belongs to the codec stage.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
@@ -25,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.utils import parametrize
 
 from anetts.models.fish import tokenizer as tok
 from anetts.models.fish.config import FishConfig
-from anetts.models.fish.weights import FAST_PREFIX, SLOW_PREFIX, load_state, read_config
+from anetts.models.fish.weights import DTYPE, FAST_PREFIX, SLOW_PREFIX, load_state, read_config
 
 REFERENCE_FRAMES = 16
 # Residual codebooks of the S2 codec hold 1024 entries, a quarter of the semantic 4096;
@@ -89,13 +91,61 @@ def s2_model_class():
     return S2DualARTransformer
 
 
-def load_reference_model(weights_dir: Path, dtype: torch.dtype = torch.float32):
-    """The upstream model with every checkpoint tensor loaded (strict), in eval mode."""
+class _ReadAsFloat32(torch.nn.Module):
+    """Parametrization: the stored bf16 tensor, read as fp32 (an exact upcast) at each use and freed after."""
+
+    def forward(self, stored: torch.Tensor) -> torch.Tensor:
+        return stored.float()
+
+
+def prepare_decode(model, cfg: FishConfig, rows: int) -> None:
+    """Fit `model` for a decode of positions [0, rows): new fp32 KV caches and position tables (RoPE,
+    causal mask) of upstream's for that many rows, rounded up to 8 as upstream's `setup_caches` does.
+
+    Sized to the decode, not to the whole context: at fish-s2-pro's 32768 positions the KV caches
+    would be 9.7 GB and the causal mask 1 GB. New each time (upstream keeps longer caches it already
+    has), so a decode's bits depend on its own rows only. The tables come from upstream's own
+    constructor on a model without layers or vocabulary; floating ones in fp32, as `.float()` left them.
+    """
+    if not 0 < rows <= cfg.slow.max_seq_len:
+        raise ValueError(f"a decode of {rows} positions does not fit max_seq_len {cfg.slow.max_seq_len}")
+    model.max_seq_len = -1  # upstream's "no caches yet"
+    model.setup_caches(max_batch_size=1, max_seq_len=rows, dtype=torch.float32)
+    shell_args = dataclasses.replace(model.config, max_seq_len=model.max_seq_len, n_layer=0, n_fast_layer=0,
+                                     vocab_size=1, codebook_size=1, dim=1, fast_dim=1)
+    shell = s2_model_class()(shell_args, tokenizer=SemanticIds(cfg))
+    for name, table in shell.named_buffers():
+        setattr(model, name, table.float() if table.is_floating_point() else table)
+
+
+def load_reference_model(weights_dir: Path):
+    """The upstream model in eval mode with every checkpoint tensor loaded (strict) and kept in the
+    checkpoint's bf16; each parameter reads as an fp32 copy made at its use and freed after it.
+
+    The math is the full-fp32 model's (bf16 -> fp32 is exact), but resident weights are the bf16
+    checkpoint (9.1 GB for fish-s2-pro instead of 18 GB) plus the one fp32 tensor in use; reads
+    outside a module call (the tied output head `embeddings.weight`) upcast the same way.
+    """
     cfg = read_config(weights_dir)
-    model = s2_model_class()(model_args(cfg), tokenizer=SemanticIds(cfg))
-    state = {from_s2_key(k): v for k, v in load_state(weights_dir, dtype).items()}
-    model.load_state_dict(state, strict=True)
-    return model.to(dtype).eval(), cfg
+    args = model_args(cfg)
+    with torch.device("meta"):  # no parameter memory: the checkpoint's tensors are assigned below
+        model = s2_model_class()(args, tokenizer=SemanticIds(cfg))
+    state = {from_s2_key(k): v for k, v in load_state(weights_dir, DTYPE).items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    prepare_decode(model, cfg, 1)
+    for module in list(model.modules()):
+        for name, _ in list(module.named_parameters(recurse=False)):
+            parametrize.register_parametrization(module, name, _ReadAsFloat32(), unsafe=True)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"reference model: tensors left unloaded: {left}")
+    return model.eval(), cfg
+
+
+def stored_tensors(model) -> dict[str, torch.Tensor]:
+    """Upstream parameter name -> the bf16 tensor `load_reference_model` keeps for it."""
+    return {f"{prefix}.{name}": plist.original for prefix, m in model.named_modules()
+            if parametrize.is_parametrized(m) for name, plist in m.parametrizations.items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -153,11 +203,10 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
       semantic_tokens (F,), codes (F, num_codebooks), fast_logits (F, num_codebooks, codebook_size)
       positions (F,)              slow position that produced each frame
     """
-    dtype = next(model.parameters()).dtype
     T = prompt.shape[1]
     if T + n_frames > cfg.slow.max_seq_len:
         raise ValueError(f"prompt of {T} tokens + {n_frames} frames exceeds max_seq_len {cfg.slow.max_seq_len}")
-    model.setup_caches(max_batch_size=1, max_seq_len=cfg.slow.max_seq_len, dtype=dtype)
+    prepare_decode(model, cfg, T + n_frames)
     bias = semantic_bias(cfg)
     captured: list[torch.Tensor] = []
     hooks = [model.layers[0].register_forward_pre_hook(lambda m, a: captured.append(a[0][0].clone()))]
