@@ -235,8 +235,9 @@ class FishDecoder:
         t["sample"] += t2 - t1
         fast_logits: list[np.ndarray] = []
         codes: list[int] = []
-        if token != cfg.im_end_id and self.fused:
+        if token != cfg.im_end_id:
             codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
+        if codes and self.fused:
             draw = picks.draw(f)
             t0 = time.perf_counter()
             out = self.program("fast_ar").run(FRAME, {"hidden": hid, "code": np.array(codes, np.int32), **draw},
@@ -246,13 +247,12 @@ class FishDecoder:
             fast_logits = list(out["frame_logits"][0])
             codes += picks.drawn(f, [int(c) for c in out["codes"].reshape(-1)], out["frame_logits"][0])
             t["sample"] += time.perf_counter() - t1
-        elif token != cfg.im_end_id:
-            codes = [min(max(token - cfg.semantic_begin_id, 0), cfg.codebook_size - 1)]
+        elif codes:
             fast = self.program("fast_ar")
             for c in range(cfg.num_codebooks):
                 t0 = time.perf_counter()
                 fl = fast.run(DECODE, {"hidden": hid, "code": np.array([0 if c == 0 else codes[-1]], np.int32),
-                                         "pos": np.array([c], np.int32)}, fast_state)["logits"].reshape(-1)
+                                       "pos": np.array([c], np.int32)}, fast_state)["logits"].reshape(-1)
                 t1 = time.perf_counter()
                 t["fast"] += t1 - t0
                 fast_logits.append(fl)

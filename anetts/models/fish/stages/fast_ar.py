@@ -28,10 +28,10 @@ import torch.nn.functional as F
 
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.loader import load_tensors
+from anetts.models.fish.sampling import DECODE, FRAME, forced_draw
 from anetts.models.fish.stages.layers import Block, CachedStack, rms_norm
 from anetts.models.fish.weights import FAST_PREFIX, layer_tensors, read_config
 from anetts.stage import FunctionSpec, Stage, StateSpec, TensorSpec
-from anetts.models.fish.sampling import DECODE, FRAME, forced_draw
 from anetts.verify.scenario import Call, Scenario
 
 
