@@ -130,6 +130,23 @@ def job_benchmark(model: str, rule: str, *wildcards: str, root: Path = ARTIFACTS
     return _job_file(model_dir(model, root) / "benchmarks", rule, wildcards, ".tsv")
 
 
+def job_usage(benchmark: Path) -> Path:
+    """The CPU seconds and peak RSS of a job that ran in the job server, whose process tree
+    Snakemake's benchmark does not see (anetts.jobserver): job_usage/ laid out like benchmarks/."""
+    return _moved(benchmark, "benchmarks", "job_usage", ".json")
+
+
+def job_usage_of_log(log: Path) -> Path:
+    """`job_usage` of the job whose log is `log` (logs/ has the same layout)."""
+    return _moved(log, "logs", "job_usage", ".json")
+
+
+def _moved(path: Path, folder: str, to: str, suffix: str) -> Path:
+    parts = Path(path).parts
+    i = len(parts) - 1 - parts[::-1].index(folder)
+    return Path(*parts[:i], to, *parts[i + 1:]).with_suffix(suffix)
+
+
 def _job_file(base: Path, rule: str, wildcards: tuple[str, ...], suffix: str) -> Path:
     if not wildcards:
         return base / f"{rule}{suffix}"

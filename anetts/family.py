@@ -101,6 +101,9 @@ class FamilyDecl:
     # {stage: bytes} or None while the geometry is not known yet (weights not downloaded); torch-free,
     # as the Snakefile calls it. None: the family's files are only checked after converting.
     file_bytes: str | None = None
+    # upstream modules most of the family's jobs import, imported once by the build's job server
+    # (anetts.jobserver) instead of in every job; "package:submodule" skips the package's __init__
+    job_imports: tuple[str, ...] = ()
 
     def hook(self, field_name: str):
         """The function a "module:function" field (`runtime`, `frame_cost`, `file_bytes`) names."""

@@ -33,6 +33,7 @@ from anetts.artifacts import ARTIFACTS, BUILD_GONE, is_temporary
 log = logging.getLogger(__name__)
 
 STATE_ENV = "ANETTS_BUILD_STATE"  # set by the build's main process, read by its jobs
+STATE_DIR = Path(".snakemake") / "anetts"  # under the build's working directory
 # how long a job whose build is gone gets to clean up after the interrupt, before it exits hard
 # (the interrupt waits for the running C call of torch or coremltools to return)
 JOB_GRACE_S = 10.0
@@ -56,8 +57,8 @@ def recover(workdir: Path = Path("."), *, job_wait_s: float = 60.0) -> bool:
     Returns False (and changes nothing) while another run of this directory is alive: then
     Snakemake's own lock refuses this one if it would write the same files, as before.
     """
-    snakemake_dir = Path(workdir).resolve() / ".snakemake"
-    state = snakemake_dir / "anetts"
+    state = Path(workdir).resolve() / STATE_DIR
+    snakemake_dir = state.parent
     alive = _lock_file(state / "build.lock")
     _held.append(alive)
     os.environ[STATE_ENV] = str(state)  # inherited by every job this run starts

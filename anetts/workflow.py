@@ -390,6 +390,10 @@ class WorkflowConfig:
         """The packages' convert reports: the chain check's runners load their typed functions."""
         return [str(artifacts.package_report(model, s, bucket)) for s in self.chain_stages(model, bucket)]
 
+    def job_imports(self, model: str) -> list[str]:
+        """What the build's job server imports for `model`'s jobs (anetts.jobserver)."""
+        return list(self.decl(model).job_imports)
+
     def chain_gate(self, model: str) -> dict:
         """The compiled chain is held to the default gate (per-stage overrides do not apply to it)."""
         return canonical(asdict(Gate.make(**self.config.get("parity", {}).get("default", {}))))

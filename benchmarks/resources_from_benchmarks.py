@@ -7,7 +7,7 @@ bucket sizes, or the package count: anetts.resources.RULES says which), its seco
 and output size (from Snakemake's per-output metadata, which names each output's job and inputs),
 and writes them as the model's entry of the table, keeping every other entry.
 
-    snakemake all -c2 --config model=kokoro-82m
+    snakemake all -c2 --config model=kokoro-82m job_server=False
     python benchmarks/resources_from_benchmarks.py --workdir . --model kokoro-82m
 
 "seconds" is min(wall, CPU seconds): on a loaded machine the wall time counts other jobs' turns,
@@ -50,6 +50,11 @@ def job_key(path: Path, base: Path, suffix: str) -> tuple[str, dict]:
 
 
 def read_benchmark(tsv: Path) -> dict:
+    if artifacts.job_usage(tsv).exists():
+        # the declarations are for jobs in their own process (cluster executors run them so); a job
+        # forked from the job server skipped the imports, and Snakemake sampled only its client
+        raise ResourceError(f"{tsv}: the job ran in the build's job server; measure a build made with "
+                            f"--config job_server=False")
     with open(tsv) as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     if not rows:

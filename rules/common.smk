@@ -5,7 +5,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from anetts import artifacts
-from anetts.recovery import recover
+from anetts.recovery import STATE_DIR, recover
 from anetts.workflow import WorkflowConfig, check_yaml_syntax, validate_config
 
 check_yaml_syntax("config.yaml")
@@ -21,6 +21,29 @@ if workflow.is_main_process:
 
 validate_config(config)
 WF = WorkflowConfig(config, root=workflow.basedir)
+
+# Jobs fork from one warm process of this build instead of importing torch & co. each
+# (config `job_server`, anetts/jobserver.py); started only when there is work to do.
+from anetts.jobserver import BuildServer
+
+JOB_SERVER = BuildServer(
+    config["job_server"],
+    workflow.basedir,
+    WF.job_imports(config["model"]),
+    STATE_DIR / "job-server.log",
+)
+
+
+onstart:
+    JOB_SERVER.start(workflow.local_exec)
+
+
+onsuccess:
+    JOB_SERVER.stop()
+
+
+onerror:
+    JOB_SERVER.stop()
 
 
 wildcard_constraints:

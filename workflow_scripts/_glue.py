@@ -11,10 +11,18 @@ def setup(snakemake, torch: bool = True, coremltools: bool = False, huge_pages: 
     `huge_pages`: torch's CPU allocator backs tensors of 2 MB and more with transparent huge pages
     (its THP_MEM_ALLOC_ENABLE, read at the first such allocation): for jobs that allocate and free large
     tensors in a loop, such as the Fish reference's per-use fp32 weight copies (docs/fish.md)."""
-    if huge_pages:
-        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     # this checkout's package first, even when another anetts is installed
     sys.path.insert(0, os.path.dirname(os.path.abspath(snakemake.scriptdir)))
+    from anetts import artifacts, jobserver
+
+    # run in the build's warm job server when there is one (it comes back here, in its forked child)
+    status = jobserver.delegate(artifacts.job_usage_of_log(snakemake.log[0]) if snakemake.log else None)
+    if status is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    if huge_pages:
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     from anetts.recovery import guard_job
 
     guard_job()  # stop with the build that started it, temporaries where the next build finds them

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from anetts.artifacts import job_usage
+from anetts.jobserver import read_usage
+
 
 class ReportInputError(ValueError):
     """An input of the report is missing or unreadable; the message names the file."""
@@ -47,7 +50,8 @@ def read_png(path, what: str) -> str:
 
 
 def read_benchmark_tsv(path) -> dict:
-    """One Snakemake `benchmark:` file: wall s, CPU s, peak RSS (MB) of its last run."""
+    """One Snakemake `benchmark:` file: wall s, CPU s, peak RSS (MB) of its last run; CPU and RSS
+    from `artifacts.job_usage` beside it for a job that ran in the job server."""
     path = Path(path)
     if not path.is_file():
         raise _missing(path, "Snakemake job benchmark")
@@ -58,7 +62,8 @@ def read_benchmark_tsv(path) -> dict:
         out = {"seconds": float(row["s"]), "cpu_seconds": float(row["cpu_time"]), "max_rss_mb": _float(row["max_rss"])}
     except (OSError, IndexError, KeyError, TypeError, ValueError) as e:
         raise ReportInputError(f"report input {path} (Snakemake job benchmark) is not a benchmark TSV: {e!r}") from e
-    return out
+    warm = read_usage(job_usage(path))
+    return {**out, **warm} if warm else out
 
 
 def _float(v) -> float | None:

@@ -34,6 +34,7 @@ DECLARATION = FamilyDecl(
     bench="anetts.models.fish.bench",
     licence=LICENCE,
     upstream=("fish-speech", "transformers", "descript-audio-codec"),
+    job_imports=("fish_speech.models.text2semantic.llama",),
     weights_code={
         "synthetic": (*_WEIGHTS_COMMON, f"{_F}/presets.py"),
         "hf": _WEIGHTS_COMMON,

@@ -27,6 +27,8 @@ DECLARATION = FamilyDecl(
     bench="anetts.models.kokoro.bench",
     licence="Apache-2.0 (Kokoro-82M weights by hexgrad)",
     upstream=("kokoro", "transformers"),
+    # the model's modules without kokoro's __init__ (its text pipeline): anetts.imports.submodules
+    job_imports=("kokoro:model",),
     weights_code={
         "synthetic": (*_WEIGHTS_COMMON, f"{_K}/synthetic.py", f"{_K}/presets.py", f"{_K}/data/weight_stats.json",
                       f"{_K}/reference.py", f"{_K}/data/example_phonemes.txt"),
