@@ -39,12 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from anetts.recovery import WATCH_INTERVAL_S, stop_when
+
 SOCKET_ENV = "ANETTS_JOB_SERVER"  # the server's socket path, inherited by every job of the build
 CHILD_ENV = "ANETTS_JOB_SERVER_CHILD"  # set in a forked job: run here, do not delegate again
 # imported once for all jobs: what most jobs import first (the script preamble's snakemake modules,
 # numpy, torch); coremltools through anetts.imports (without its unused probes); families add theirs
 PRELOAD = ("numpy", "torch", "snakemake.script", "snakemake.logging", "snakemake.iocontainers")
-_WATCH_S = 0.5
 _HEADER = struct.Struct("!I")
 
 
@@ -77,7 +78,8 @@ def delegate(usage_path: Path | None) -> int | None:
     if started != b"S":  # the server is gone (or never took the job): run cold
         sock.close()
         return None
-    _watch(os.getppid, os.getppid(), "the build that started this job is gone")
+    parent = os.getppid()
+    stop_when(lambda: os.getppid() != parent, f"the build that started this job (pid {parent}) is gone")
     reply = _recv_all(sock)
     if not reply:
         print(f"anetts: the job server's process for this job ended without a result ({path})",
@@ -95,23 +97,6 @@ def _recv_all(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _watch(read, expected, why: str) -> None:
-    """Interrupt the main thread once `read()` stops returning `expected` (KeyboardInterrupt, as a
-    cold job is stopped), then exit hard if it has not ended by itself."""
-    import _thread
-    import threading
-
-    def run():
-        while read() == expected:
-            time.sleep(_WATCH_S)
-        print(f"anetts: {why}; stopping", file=sys.stderr, flush=True)
-        _thread.interrupt_main()
-        time.sleep(10.0)
-        os._exit(1)
-
-    threading.Thread(target=run, name="anetts-job-server-watch", daemon=True).start()
 
 
 def read_usage(path: Path) -> dict | None:
@@ -186,7 +171,7 @@ def serve(path: str, build_pid: int, modules: list[str]) -> None:
         print(f"anetts job server: preloaded {len(sys.modules)} modules in {time.monotonic() - t0:.1f} s; "
               f"serving {path}", flush=True)
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished jobs
-        listener.settimeout(_WATCH_S)
+        listener.settimeout(WATCH_INTERVAL_S)
         while os.getppid() == build_pid:
             try:
                 conn, _ = listener.accept()
@@ -240,7 +225,9 @@ def _run_job(conn: socket.socket) -> None:
         for name in [m for m in sys.modules if m == "anetts" or m.startswith("anetts.")]:
             del sys.modules[name]
         conn.sendall(b"S")
-        _watch(lambda: _peer_alive(conn), True, "the job's process is gone")
+        # the job's own (fresh) recovery module: the BUILD_GONE its code checks
+        fresh = importlib.import_module("anetts.recovery")
+        fresh.stop_when(lambda: not _peer_alive(conn), "the job's process is gone")
         status = _run_script(sys.argv[0])
     finally:
         try:

@@ -140,14 +140,19 @@ def guard_job() -> None:
 
     atexit.register(shutil.rmtree, job_tmp, ignore_errors=True)
     parent = os.getppid()
-    threading.Thread(target=_watch_parent, args=(parent,), name="anetts-watch-build", daemon=True).start()
+    stop_when(lambda: os.getppid() != parent, f"the build that started this job (pid {parent}) is gone")
 
 
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(WATCH_INTERVAL_S)
-    log.error("the build that started this job (pid %d) is gone; stopping", parent)
-    BUILD_GONE.set()
-    _thread.interrupt_main()
-    time.sleep(JOB_GRACE_S)
-    os._exit(1)
+def stop_when(gone, why: str) -> None:
+    """Watch `gone()` in a thread; once it is true, stop this job: no output moved into place from then
+    on, KeyboardInterrupt in the main thread (so temporaries are removed), a hard exit after the grace."""
+    def watch():
+        while not gone():
+            time.sleep(WATCH_INTERVAL_S)
+        log.error("%s; stopping", why)
+        BUILD_GONE.set()
+        _thread.interrupt_main()
+        time.sleep(JOB_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="anetts-watch-build", daemon=True).start()
