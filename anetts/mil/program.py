@@ -29,6 +29,12 @@ from .state import MilState, MilStateSpec
 
 _ENV, _VAL, _LIST = 0, 1, 2
 
+# A program whose weight files hold up to this many bytes has its float weights widened to fp32
+# once, at load (the fastest way to run them); a larger one keeps them as stored (fp16: a third of
+# the memory, as the widened copy comes on top of the decoded one). The Fish S2 Pro chain's 11
+# packages hold 9 GB of fp16 weights, which widened would add 18 GB to.
+WIDEN_AT_LOAD_MAX_BYTES = 512 * 2**20
+
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -288,17 +294,21 @@ def load_program(package_path: str | os.PathLike) -> MilProgram:
     """
     pkg, spec_file, weights_dir = package_paths(package_path)
     spec = load_spec(spec_file)
-    return program_from_spec(spec, str(weights_dir) if weights_dir else None, package=str(pkg))
+    weight_bytes = sum(f.stat().st_size for f in weights_dir.rglob("*") if f.is_file()) if weights_dir else 0
+    return program_from_spec(spec, str(weights_dir) if weights_dir else None, package=str(pkg),
+                             widen_weights=weight_bytes <= WIDEN_AT_LOAD_MAX_BYTES)
 
 
-def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spec>") -> MilProgram:
-    """Build a :class:`MilProgram` from an in-memory ``Model_pb2.Model`` spec."""
+def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spec>",
+                      widen_weights: bool = True) -> MilProgram:
+    """Build a :class:`MilProgram` from an in-memory ``Model_pb2.Model`` spec (``widen_weights``:
+    see :data:`WIDEN_AT_LOAD_MAX_BYTES`)."""
     problems: dict[str, list[str]] = {}
     functions_ir = parse_program(spec, weights_dir, package, problems)
     compiled: dict[str, _Function] = {}
     tensor_cache: dict = {}
     for fname, fir in functions_ir.items():
-        steps = _compile_block(fir, fir.block, problems, tensor_cache)
+        steps = _compile_block(fir, fir.block, problems, tensor_cache, widen_weights)
         compiled[fname] = _Function(fir, steps, _input_specs(spec, fir), _state_specs(fir))
     if problems:
         raise UnsupportedOpError(package, problems)
@@ -311,7 +321,7 @@ def program_from_spec(spec, weights_dir: str | None = None, package: str = "<spe
 
 
 def _compile_block(
-    fir: FunctionIR, block: BlockIR, problems: dict[str, list[str]], tensor_cache: dict
+    fir: FunctionIR, block: BlockIR, problems: dict[str, list[str]], tensor_cache: dict, widen_weights: bool
 ) -> list[_Step]:
     steps = []
     for op in block.ops:
@@ -319,7 +329,7 @@ def _compile_block(
         if build is None or op.blocks:
             problems.setdefault(op.type, []).append(op.name)
             continue
-        node = Node(op, fir.opset_version, fir.var_types, tensor_cache)
+        node = Node(op, fir.opset_version, fir.var_types, tensor_cache, widen_weights)
         try:
             kernel = build(node)
         except Unsupported as exc:

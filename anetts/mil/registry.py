@@ -75,10 +75,13 @@ class Node:
     """Load-time view of one op: its constant parameters and declared output types."""
 
     def __init__(
-        self, op: OpIR, opset_version: int, var_types: dict[str, ValueType], tensor_cache: dict | None = None
+        self, op: OpIR, opset_version: int, var_types: dict[str, ValueType], tensor_cache: dict | None = None,
+        widen_weights: bool = True,
     ):
         self.op = op
         self._tensor_cache = {} if tensor_cache is None else tensor_cache
+        # whether const weights are widened to fp32 at load (see program.WIDEN_AT_LOAD_MAX_BYTES)
+        self.widen_weights = widen_weights
         self.type = op.type
         self.name = op.name
         self.opset = opset_version
@@ -174,6 +177,27 @@ class Node:
         if dtype is not None and t.dtype != dtype:
             t = t.to(dtype)
         return t
+
+    def weight(self, param: str):
+        """A weight-like input as a kernel argument: absent, ``Fixed(None)``; dynamic, its name; a const,
+        a ``Fixed`` tensor. A float const is widened to fp32 here, once per value for the whole program
+        (the functions of a multifunction package and the unrolled passes of one function share their
+        weights), unless the program keeps its weights in the dtype stored (``widen_weights`` False);
+        kernels widen whatever reaches them in fp16."""
+        if not self.has(param):
+            return Fixed(None)
+        if not self.is_const(param):
+            return param
+        v = self.const(param)
+        t = self.tensor(param)
+        if not self.widen_weights or not t.is_floating_point() or t.dtype == torch.float32:
+            return Fixed(t)
+        key = ("fp32", id(v))
+        hit = self._tensor_cache.get(key)
+        if hit is None or hit[0] is not v:
+            hit = (v, t.float())
+            self._tensor_cache[key] = hit
+        return Fixed(hit[1])
 
     def tensor_of(self, arg: Arg):
         """Default run-time form of a const binding: a torch tensor (strings stay str).

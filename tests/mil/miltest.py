@@ -36,7 +36,7 @@ def _outputs(out):
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def build_program(build, inputs: dict[str, np.ndarray], opset: int = 16):
+def build_program(build, inputs: dict[str, np.ndarray], opset: int = 16, widen_weights: bool = True):
     """ML Programs take no bool I/O: bool inputs arrive as int32 and are cast inside,
     bool outputs are cast to int32 (``run`` turns them back into bool)."""
     placeholders = {
@@ -53,16 +53,16 @@ def build_program(build, inputs: dict[str, np.ndarray], opset: int = 16):
     wdir = tempfile.mkdtemp(prefix="miltest")
     try:
         spec = backend_load(prog, weights_dir=wdir, specification_version=SPEC_VERSION[opset])
-        mp = program_from_spec(spec, wdir, package=f"<test iOS{opset}>")
+        mp = program_from_spec(spec, wdir, package=f"<test iOS{opset}>", widen_weights=widen_weights)
         mp.bool_outputs = bool_outputs
         return mp
     finally:
         shutil.rmtree(wdir, ignore_errors=True)
 
 
-def run(build, inputs: dict[str, np.ndarray], opset: int = 16) -> list[np.ndarray]:
+def run(build, inputs: dict[str, np.ndarray], opset: int = 16, widen_weights: bool = True) -> list[np.ndarray]:
     """Executor outputs of the program ``build`` makes from placeholders like ``inputs``."""
-    prog = build_program(build, inputs, opset)
+    prog = build_program(build, inputs, opset, widen_weights)
     feed = {n: a.astype(np.int32) if a.dtype == np.bool_ else a for n, a in inputs.items()}
     outs = list(prog.run(feed).values())
     return [o.astype(np.bool_) if b else o for o, b in zip(outs, prog.bool_outputs)]

@@ -23,6 +23,21 @@ def test_linear(dtype):
     check_vs_value_inference(lambda x: mb.linear(x=x, weight=w), {"x": x}, rtol=tol, atol=tol * 10)
 
 
+@pytest.mark.parametrize("shape", [(1, 2048), (16, 2048), (2, 3, 2048)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_with_weights_kept_fp16(shape, bias):
+    """A program too large to widen its weights at load widens each `linear` weight a block of rows at
+    a time: the same outputs as the widened program, to the bit (300 rows: two full blocks and a part)."""
+    x = R.standard_normal(shape).astype(np.float16)
+    w = (R.standard_normal((300, 2048)) * 0.05).astype(np.float16)
+    b = R.standard_normal(300).astype(np.float16) if bias else None
+    op = lambda x: mb.linear(x=x, weight=w, bias=b)  # noqa: E731
+    (widened,) = run(op, {"x": x})
+    (kept,) = run(op, {"x": x}, widen_weights=False)
+    assert kept.dtype == widened.dtype == np.float16
+    np.testing.assert_array_equal(kept, widened)
+
+
 @pytest.mark.parametrize(
     "xs,ys,tx,ty",
     [((3, 4), (4, 5), False, False), ((2, 3, 4), (5, 4), False, True), ((4, 3), (2, 4, 5), True, False),

@@ -14,7 +14,8 @@ cropped: ``pad[2i]`` elements are dropped in front (``custom``), ``(full-out)//2
 full result, like torch's ``output_padding``), else the documented formula.  Bias is
 added after cropping.
 
-Weights of fp16 programs are widened to fp32 once at load time; the convolution runs
+Weights of fp16 programs are widened to fp32 once at load time (a program too large for
+that keeps them fp16 and widens them at each call: ``Node.weight``); the convolution runs
 in fp32 and its result is rounded once to fp16.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..registry import Fixed, Kernel, Node, Unsupported, register
+from ..registry import Kernel, Node, Unsupported, register
 from ._util import widen
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -96,14 +97,6 @@ def _spatial_params(node: Node, nsp: int):
     return strides, dilations, groups
 
 
-def _weight(node: Node, name: str):
-    if not node.has(name):
-        return Fixed(None)
-    if node.is_const(name):
-        return Fixed(node.tensor(name).float())
-    return name
-
-
 @register("conv")
 def _conv(node: Node) -> Kernel:
     wt = node.input_type("weight")
@@ -124,7 +117,7 @@ def _conv(node: Node) -> Kernel:
         y = conv(xx, widen(w), None if b is None else widen(b), strides, sym, dilations, groups)
         return y.to(od)
 
-    return Kernel(run, ["x", _weight(node, "weight"), _weight(node, "bias")])
+    return Kernel(run, ["x", node.weight("weight"), node.weight("bias")])
 
 
 @register("conv_transpose")
@@ -186,7 +179,7 @@ def _conv_transpose(node: Node) -> Kernel:
             y = y + widen(b).reshape((1, -1) + (1,) * nsp)
         return y.to(od)
 
-    return Kernel(run, ["x", _weight(node, "weight"), _weight(node, "bias")])
+    return Kernel(run, ["x", node.weight("weight"), node.weight("bias")])
 
 
 def _pool(node: Node, kind: str) -> Kernel:

@@ -10,16 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..registry import Fixed, Kernel, Node, Unsupported, register
+from ..registry import Kernel, Node, Unsupported, register
 from ._util import norm_axes, widen
-
-
-def _const_f32(node: Node, name: str):
-    if not node.has(name):
-        return Fixed(None)
-    if node.is_const(name):
-        return Fixed(node.tensor(name).float())
-    return name
 
 
 @register("layer_norm")
@@ -50,7 +42,7 @@ def _layer_norm(node: Node) -> Kernel:
             y = y + widen(beta).reshape(pshape)
         return y.to(od)
 
-    return Kernel(run, ["x", _const_f32(node, "gamma"), _const_f32(node, "beta")])
+    return Kernel(run, ["x", node.weight("gamma"), node.weight("beta")])
 
 
 @register("instance_norm")
@@ -63,7 +55,7 @@ def _instance_norm(node: Node) -> Kernel:
         y = F.instance_norm(xf, None, None, gamma, beta, True, 0.0, eps)
         return y.to(od)
 
-    return Kernel(run, ["x", _const_f32(node, "gamma"), _const_f32(node, "beta")])
+    return Kernel(run, ["x", node.weight("gamma"), node.weight("beta")])
 
 
 @register("batch_norm")
@@ -77,7 +69,7 @@ def _batch_norm(node: Node) -> Kernel:
 
     return Kernel(
         run,
-        ["x", _const_f32(node, "mean"), _const_f32(node, "variance"), _const_f32(node, "gamma"), _const_f32(node, "beta")],
+        ["x", node.weight("mean"), node.weight("variance"), node.weight("gamma"), node.weight("beta")],
     )
 
 
