@@ -42,6 +42,7 @@ from pathlib import Path
 from anetts.recovery import WATCH_INTERVAL_S, stop_when
 
 SOCKET_ENV = "ANETTS_JOB_SERVER"  # the server's socket path, inherited by every job of the build
+SOCKET_PREFIX = "anetts-jobs-"  # then the build's pid, a random part, ".sock"
 CHILD_ENV = "ANETTS_JOB_SERVER_CHILD"  # set in a forked job: run here, do not delegate again
 # imported once for all jobs: what most jobs import first (the script preamble's snakemake modules,
 # numpy, torch); coremltools through anetts.imports (without its unused probes); families add theirs
@@ -139,7 +140,8 @@ def start(repo: Path, modules: list[str], log: Path) -> tuple[str, int]:
     `SOCKET_ENV`, which the caller sets in its environment so that every job inherits it."""
     import subprocess
 
-    path = os.path.join(tempfile.gettempdir(), f"anetts-jobs-{os.getpid()}-{os.urandom(4).hex()}.sock")
+    remove_stale_sockets(tempfile.gettempdir())
+    path = os.path.join(tempfile.gettempdir(), f"{SOCKET_PREFIX}{os.getpid()}-{os.urandom(4).hex()}.sock")
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "anetts.jobserver", path, str(os.getpid()), *modules],
@@ -151,6 +153,21 @@ def start(repo: Path, modules: list[str], log: Path) -> tuple[str, int]:
             raise JobServerError(f"the job server did not start (exit {proc.poll()}); its log: {log}")
         time.sleep(0.01)
     return path, proc.pid
+
+
+def remove_stale_sockets(directory: str) -> list[Path]:
+    """Remove the sockets of servers whose build is gone (a SIGKILL skips `serve`'s unlink); the
+    build's pid is in each name. Returns what was removed."""
+    removed = []
+    for sock in Path(directory).glob(f"{SOCKET_PREFIX}*.sock"):
+        try:
+            os.kill(int(sock.name[len(SOCKET_PREFIX):].split("-")[0]), 0)
+        except ProcessLookupError:
+            sock.unlink(missing_ok=True)
+            removed.append(sock)
+        except (ValueError, OSError):  # not one of ours, or a live build of another user
+            pass
+    return removed
 
 
 def stop(pid: int) -> None:

@@ -127,6 +127,18 @@ def test_a_server_that_fails_to_start_leaves_its_jobs_cold(tmp_path):
     os.waitpid(pid, 0)
 
 
+def test_sockets_of_builds_that_are_gone_are_removed(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{jobserver.SOCKET_PREFIX}{gone.pid}-0a1b2c3d.sock"
+    live = tmp_path / f"{jobserver.SOCKET_PREFIX}{os.getpid()}-0a1b2c3d.sock"
+    other = tmp_path / f"{jobserver.SOCKET_PREFIX}x-y.sock"
+    for p in (dead, live, other):
+        p.touch()
+    assert jobserver.remove_stale_sockets(str(tmp_path)) == [dead]
+    assert not dead.exists() and live.exists() and other.exists()
+
+
 def test_a_warm_build_writes_what_a_cold_one_writes(tmp_path, tiny_weights):
     """The same jobs with and without the server: the same bytes; only the warm one has usage files,
     and benchmarks/resources_from_benchmarks.py refuses them (they are not a cold job's figures)."""
