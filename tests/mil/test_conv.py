@@ -169,3 +169,19 @@ def test_conv_transpose2d_output_padding_crop(tmp_path):
     assert "crop" in prog.op_types()
     (got,) = prog.run({"x": x}).values()
     assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel,spatial,bias", [((1,), (5,), True), ((3,), (7,), False), ((1, 1), (2, 3), True)])
+def test_conv_with_weights_kept_fp16(kernel, spatial, bias):
+    """A program too large to widen its weights at load widens each conv weight at each call, a 1x1
+    one (how Linear layers are laid out for the ANE) a block of output channels at a time: the same
+    outputs as the widened program, to the bit (2,000 channels are several blocks)."""
+    cin, cout = 512, 2000
+    x = R.standard_normal((1, cin, *spatial)).astype(np.float16)
+    w = (R.standard_normal((cout, cin, *kernel)) * 0.05).astype(np.float16)
+    b = R.standard_normal(cout).astype(np.float16) if bias else None
+    op = lambda x: mb.conv(x=x, weight=w, bias=b, pad_type="same")  # noqa: E731
+    (widened,) = run(op, {"x": x})
+    (kept,) = run(op, {"x": x}, widen_weights=False)
+    assert kept.dtype == widened.dtype == np.float16
+    np.testing.assert_array_equal(kept, widened)

@@ -19,6 +19,8 @@ This keeps fp16 programs fast without giving up the precision policy.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -84,6 +86,34 @@ def fp16_aware(fn, out_dtype: torch.dtype, key):
 def widen(t: torch.Tensor) -> torch.Tensor:
     """fp16/bf16 -> fp32; other dtypes unchanged."""
     return t.float() if t.dtype in _WIDEN else t
+
+
+# An fp16 weight is widened this many bytes of fp32 at a time, into one buffer per thread:
+# allocating a whole widened weight at each call took 12x the product (page faults).
+_BLOCK_BYTES = 2 * 2**20
+_SCRATCH = threading.local()
+
+
+def by_output_blocks(w: torch.Tensor, b: torch.Tensor | None, compute, axis: int) -> torch.Tensor:
+    """``compute(w, b)`` in fp32 on an fp16 weight without an fp32 copy of it (a program that keeps
+    its weights fp16: ``Node.weight``): ``compute(w_block, b_block)`` for blocks of the weight's output
+    features (its first axis), joined along the result's ``axis``. Each output feature is the same
+    fp32 computation over all of its inputs as with the weight widened whole (equal to the bit,
+    tested for linear and 1x1 conv); ``compute`` must not keep ``w_block``, whose memory is reused."""
+    n = w.shape[0]
+    per_row = w[0].numel()
+    rows = max(1, min(n, _BLOCK_BYTES // (4 * per_row)))
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.numel() < rows * per_row:
+        buf = _SCRATCH.buf = torch.empty(rows * per_row, dtype=F32)
+    bias = None if b is None else widen(b)
+    parts = []
+    for i in range(0, n, rows):
+        j = min(n, i + rows)
+        block = buf[: (j - i) * per_row].view(j - i, *w.shape[1:])
+        block.copy_(w[i:j])
+        parts.append(compute(block, None if bias is None else bias[i:j]))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=axis)
 
 
 def in_fp32(fn, out_dtype: torch.dtype):

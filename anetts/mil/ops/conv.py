@@ -15,8 +15,9 @@ full result, like torch's ``output_padding``), else the documented formula.  Bia
 added after cropping.
 
 Weights of fp16 programs are widened to fp32 once at load time (a program too large for
-that keeps them fp16 and widens them at each call: ``Node.weight``); the convolution runs
-in fp32 and its result is rounded once to fp16.
+that keeps them fp16, and ``conv`` widens them at each call: a 1x1 kernel, how Linear layers are
+laid out for the ANE, a block of output channels at a time, ``by_output_blocks``); the
+convolution runs in fp32 and its result is rounded once to fp16.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import Kernel, Node, Unsupported, register
-from ._util import widen
+from ._util import by_output_blocks, widen
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -110,11 +111,18 @@ def _conv(node: Node) -> Kernel:
     plan = _PadPlan(node, nsp, kernel, strides, dilations)
     conv = _CONV[nsp]
     od = node.out_dtype
+    # a 1x1 weight kept fp16 (a large program: Node.weight) is widened a block at a time at each call;
+    # larger kernels are widened whole (torch picks another algorithm per channel count: 1 ulp apart)
+    blocked = (not node.widen_weights and node.is_const("weight") and node.input_dtype("weight") == "fp16"
+               and groups == 1 and all(k == 1 for k in kernel))
 
     def run(x, w, b):
         pads = plan.pads(x.shape[2:])
         xx, sym = _apply_pads(widen(x), pads)
-        y = conv(xx, widen(w), None if b is None else widen(b), strides, sym, dilations, groups)
+        if blocked:
+            y = by_output_blocks(w, b, lambda wb, bb: conv(xx, wb, bb, strides, sym, dilations, 1), axis=1)
+        else:
+            y = conv(xx, widen(w), None if b is None else widen(b), strides, sym, dilations, groups)
         return y.to(od)
 
     return Kernel(run, ["x", node.weight("weight"), node.weight("bias")])

@@ -2,54 +2,28 @@
 
 Products and sums accumulate in fp32 and the result is rounded once to the declared dtype.
 Const weights of fp16 programs are widened once, at load time; a program too large for that
-keeps them fp16 (``Node.weight``), and its ``linear`` widens them a block of rows at a time.
+keeps them fp16 (``Node.weight``), and ``linear`` widens them a block at a time (``by_output_blocks``).
 """
 from __future__ import annotations
-
-import threading
 
 import torch
 import torch.nn.functional as F
 
-from ..registry import Fixed, Kernel, Node, Unsupported, register
-from ._util import F32, widen
-
-
-# Rows of an fp16 weight widened at a time (a 128 x 9,728 block is 5 MB of fp32), into one buffer per
-# thread: allocating the whole fp32 weight at each call took 12x the product (page faults).
-_BLOCK_ROWS = 128
-_SCRATCH = threading.local()
-
-
-def _linear_fp16_weight(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` in fp32 on an fp16 weight, without an fp32 copy of it: each block of output
-    features is the same fp32 addmm over the whole input dimension as with the weight widened
-    whole (equal to the bit, tested)."""
-    n, k = w.shape
-    x2 = widen(x).reshape(-1, k)
-    bias = None if b is None else widen(b)
-    out = torch.empty(x2.shape[0], n, dtype=F32)
-    size = min(n, _BLOCK_ROWS) * k
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None or buf.numel() < size:
-        buf = _SCRATCH.buf = torch.empty(size, dtype=F32)
-    for i in range(0, n, _BLOCK_ROWS):
-        j = min(n, i + _BLOCK_ROWS)
-        block = buf[: (j - i) * k].view(j - i, k)
-        block.copy_(w[i:j])
-        out[:, i:j] = F.linear(x2, block, None if bias is None else bias[i:j])
-    return out.reshape(*x.shape[:-1], n)
+from ..registry import Kernel, Node, Unsupported, register
+from ._util import F32, by_output_blocks, widen
 
 
 @register("linear")
 def _linear(node: Node) -> Kernel:
     od = node.out_dtype
-    # a weight kept fp16 (a large program: Node.weight) is widened by blocks at each call
+    # a weight kept fp16 (a large program: Node.weight) is widened a block at a time at each call
     blocked = not node.widen_weights and node.is_const("weight") and node.input_dtype("weight") == "fp16"
 
     def run(x, w, b):
         if blocked and x.is_floating_point():
-            y = _linear_fp16_weight(x, w, b)
+            k = w.shape[1]
+            x2 = widen(x).reshape(-1, k)
+            y = by_output_blocks(w, b, lambda wb, bb: F.linear(x2, wb, bb), axis=-1).reshape(*x.shape[:-1], -1)
         elif x.is_floating_point():
             y = F.linear(widen(x), widen(w), None if b is None else widen(b))
         else:
