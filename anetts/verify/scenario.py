@@ -92,6 +92,10 @@ class Scenario:
 
 
 # ------------------------------------------------------------------------------ eager side
+_STATE = "state/"  # a reference's key for a state, before its name
+_ROWS = "eager_rows/state/"  # in the file: per call and state, the rows it changed (`save_scenario`)
+
+
 def record_eager(module, scenario: Scenario) -> list[dict[str, np.ndarray]]:
     """Run the calls on the eager torch `module` in order; per call, its outputs and states.
 
@@ -122,7 +126,7 @@ def record_eager(module, scenario: Scenario) -> list[dict[str, np.ndarray]]:
                                  f"its spec has {len(fn.outputs)}")
             rec = {t.name: r.detach().cpu().numpy().astype(t.np_dtype) for t, r in zip(fn.outputs, res)}
             for t in fn.states:
-                rec[f"state/{t.name}"] = buffers[t.name].detach().cpu().float().numpy().copy()
+                rec[_STATE + t.name] = buffers[t.name].detach().cpu().float().numpy().copy()
             out.append(rec)
     return out
 
@@ -130,15 +134,30 @@ def record_eager(module, scenario: Scenario) -> list[dict[str, np.ndarray]]:
 def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]],
                   traced: Sequence[Mapping[str, np.ndarray]] | None = None) -> None:
     """Inputs, regions and eager references in one .npz (atomic), for `load_scenario`; `traced`:
-    per call, the traced module's outputs too (`load_traced`)."""
+    per call, the traced module's outputs too (`load_traced`).
+
+    A state is kept only where a call compares it (`state_valid`), and as what the call changed:
+    along the region's axis, the rows that differ from the state after the previous call (zeros
+    before the first, as Core ML allocates states), with their indices. Each call writes a few
+    rows, so a 4-layer S2 Pro chunk's 146 calls keep megabytes instead of 4.9 GB of whole caches;
+    `load_scenario` rebuilds every call's state exactly."""
     if len(reference) != len(scenario.calls) or (traced is not None and len(traced) != len(scenario.calls)):
         raise ValueError(f"scenario {scenario.name}: references for {len(reference)} calls"
                          f"{'' if traced is None else f' and traced outputs for {len(traced)}'}, "
                          f"but {len(scenario.calls)} calls")
     arrays = {"__scenario__": np.array(json.dumps(scenario.to_json()))}
+    before: dict[str, np.ndarray] = {}
     for i, (c, ref) in enumerate(zip(scenario.calls, reference)):
         arrays.update({f"call{i}/input/{k}": np.asarray(v) for k, v in c.inputs.items()})
-        arrays.update({f"call{i}/eager/{k}": np.asarray(v) for k, v in ref.items()})
+        arrays.update({f"call{i}/eager/{k}": np.asarray(v) for k, v in ref.items() if not k.startswith(_STATE)})
+        for name, (axis, _) in c.state_valid.items():
+            now = np.asarray(ref[_STATE + name])
+            prev = before.get(name, np.zeros_like(now))
+            others = tuple(a for a in range(now.ndim) if a != axis)
+            rows = np.flatnonzero(np.any(now != prev, axis=others)).astype(np.int32)
+            arrays[f"call{i}/{_ROWS}{name}/index"] = rows
+            arrays[f"call{i}/{_ROWS}{name}/values"] = np.take(now, rows, axis=axis)
+            before[name] = now
         if traced is not None:
             arrays.update({f"call{i}/traced/{k}": np.asarray(v) for k, v in traced[i].items()})
     with atomic_outputs(Path(path)) as (tmp,):
@@ -147,16 +166,27 @@ def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[st
 
 
 def load_scenario(path: Path) -> tuple[Scenario, list[dict[str, np.ndarray]]]:
+    """The scenario and, per call, its eager references; a state's, its compared region only."""
     with np.load(path) as z:
         if "__scenario__" not in z.files:
             raise ParityError(f"{path}: not a scenario file (no __scenario__ entry); re-run the export")
         meta = json.loads(str(z["__scenario__"]))
         functions = {k: FunctionSpec.from_json(f) for k, f in meta["functions"].items()}
-        calls, refs = [], []
+        shapes = {t.name: t.shape for f in functions.values() for t in f.states}
+        calls, refs, state = [], [], {}
         for i, c in enumerate(meta["calls"]):
             inputs = {t.name: z[f"call{i}/input/{t.name}"] for t in functions[c["function"]].inputs}
             prefix = f"call{i}/eager/"
-            refs.append({k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)})
+            ref = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
+            for name, (axis, n) in c["state_valid"].items():
+                values = z[f"call{i}/{_ROWS}{name}/values"]
+                if name not in state:
+                    state[name] = np.zeros(shapes[name], values.dtype)
+                index = [slice(None)] * values.ndim
+                index[axis] = z[f"call{i}/{_ROWS}{name}/index"]
+                state[name][tuple(index)] = values
+                ref[_STATE + name] = np.take(state[name], np.arange(n), axis=axis)
+            refs.append(ref)
             calls.append(Call(c["function"], inputs, {k: tuple(v) for k, v in c["valid"].items()},
                               {k: tuple(v) for k, v in c["state_valid"].items()}))
     return Scenario(meta["name"], functions, tuple(calls)), refs
@@ -182,7 +212,7 @@ def _score_call(scenario: Scenario, i: int, outputs: Mapping[str, np.ndarray], s
     scored_states = {}
     if states is not None:
         for name, region in c.state_valid.items():
-            key = f"state/{name}"
+            key = _STATE + name
             if key not in reference:
                 raise ParityError(f"scenario {scenario.name}: call {i} reference lacks {key}")
             ref = _valid(np.asarray(reference[key], np.float32), tuple(region))

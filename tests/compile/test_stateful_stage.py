@@ -157,6 +157,24 @@ def test_saved_scenario_scores_the_same(package, scenario_and_reference, tmp_pat
     assert per_call_db(a) == per_call_db(b)
 
 
+def test_a_saved_state_is_what_each_call_changed_and_loads_back_exactly(scenario_and_reference, tmp_path):
+    scenario, reference = scenario_and_reference
+    path = tmp_path / "attn.scenario.npz"
+    save_scenario(path, scenario, reference)
+    _, loaded = load_scenario(path)
+    with np.load(path) as z:
+        kept = {k: z[k] for k in z.files if "/state/" in k}
+    for i, c in enumerate(scenario.calls):
+        for name, (axis, n) in c.state_valid.items():
+            want = np.take(reference[i]["state/" + name], np.arange(n), axis=axis)
+            np.testing.assert_array_equal(loaded[i]["state/" + name], want)
+            # a prefill writes its block of rows, a decode step one row
+            rows = kept[f"call{i}/eager_rows/state/{name}/index"]
+            assert len(rows) == (PREFILL if c.function == "prefill" else 1)
+    whole = sum(v.nbytes for ref in reference for k, v in ref.items() if k.startswith("state/"))
+    assert sum(v.nbytes for v in kept.values()) < whole / 4
+
+
 def test_states_need_macos15_naming_the_stage(tmp_path):
     with pytest.raises(ConversionError, match=r"attn/decode: states \['k_cache', 'v_cache'\] need deployment_target macOS15"):
         convert_function(tmp_path / "never_read.pt", FUNCTIONS["decode"], tmp_path / "d.mlpackage", tmp_path / "d.json",
