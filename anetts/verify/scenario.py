@@ -131,6 +131,18 @@ def record_eager(module, scenario: Scenario) -> list[dict[str, np.ndarray]]:
     return out
 
 
+def _rows_like(prev: np.ndarray | None, now: np.ndarray, axis: int) -> np.ndarray:
+    """`prev` (None: zeros) as an array of `now`'s shape: a reference may hold only a state's
+    compared region (as `load_scenario` gives it back), which grows from call to call."""
+    if prev is not None and prev.shape == now.shape:
+        return prev
+    out = np.zeros_like(now)
+    if prev is not None:
+        n = min(prev.shape[axis], now.shape[axis])
+        out[(slice(None),) * axis + (slice(0, n),)] = np.take(prev, np.arange(n), axis=axis)
+    return out
+
+
 def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[str, np.ndarray]],
                   traced: Sequence[Mapping[str, np.ndarray]] | None = None) -> None:
     """Inputs, regions and eager references in one .npz (atomic), for `load_scenario`; `traced`:
@@ -152,7 +164,7 @@ def save_scenario(path: Path, scenario: Scenario, reference: Sequence[Mapping[st
         arrays.update({f"call{i}/eager/{k}": np.asarray(v) for k, v in ref.items() if not k.startswith(_STATE)})
         for name, (axis, _) in c.state_valid.items():
             now = np.asarray(ref[_STATE + name])
-            prev = before.get(name, np.zeros_like(now))
+            prev = _rows_like(before.get(name), now, axis)
             others = tuple(a for a in range(now.ndim) if a != axis)
             rows = np.flatnonzero(np.any(now != prev, axis=others)).astype(np.int32)
             arrays[f"call{i}/{_ROWS}{name}/index"] = rows

@@ -1,6 +1,6 @@
 """The upstream reference on fish-tiny: strict load, deterministic decode, first logits equal to an
 independent float64 forward from the raw tensors (which a half-split RoPE fails), and the bf16-resident
-loading decoding exactly as the full-fp32 model with one fp32 weight alive at a time."""
+loading decoding exactly as the full-fp32 model with its reads copied into one reused fp32 arena."""
 from __future__ import annotations
 
 import weakref
@@ -172,3 +172,21 @@ def test_decode_position_tables_are_the_whole_context_ones_cut_to_its_rows(fish_
         assert torch.equal(precompute_freqs_cis(n, 128, 1_000_000.0), s2[:n]), n
     with pytest.raises(ValueError, match="does not fit max_seq_len 1024"):
         R.prepare_decode(model, cfg, cfg.slow.max_seq_len + 1)
+
+
+def test_arena_copies_never_overlap_while_alive_and_reuse_the_front_once_gone():
+    """Parameter reads land in one reused fp32 buffer; a copy still held keeps its region, a read
+    that does not fit behind it gets a fresh tensor; every copy is the exact upcast."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(n, generator=g).to(torch.bfloat16) for n in (6, 4, 8))
+    arena = R._Float32Arena(10)
+    front = arena.buffer.data_ptr()
+    ca = arena.copy(a)
+    cb = arena.copy(b)  # a still held: b goes behind it
+    assert ca.data_ptr() == front and cb.data_ptr() == front + 6 * 4
+    cc = arena.copy(c)  # no room behind a and b
+    assert cc.data_ptr() != front and torch.equal(cc, c.float())
+    assert torch.equal(ca, a.float()) and torch.equal(cb, b.float())
+    del ca, cb, cc
+    again = arena.copy(c)  # everything handed out is gone: the front again
+    assert again.data_ptr() == front and torch.equal(again, c.float())

@@ -21,6 +21,7 @@ import dataclasses
 import math
 import os
 import tempfile
+import weakref
 from functools import lru_cache
 from pathlib import Path
 
@@ -91,11 +92,43 @@ def s2_model_class():
     return S2DualARTransformer
 
 
+class _Float32Arena:
+    """fp32 memory the parameter reads are copied into, reused from read to read.
+
+    A fresh fp32 copy per read is fresh pages the kernel zeroes first: the full-size reference
+    job spent 1,725 of its 2,320 CPU seconds in the kernel that way (docs/fish.md). Reads take
+    consecutive regions of one buffer the size of the largest tensor; once every copy handed out
+    is gone (weak references), the next read starts at the front again. A read that does not fit
+    behind copies still alive gets a fresh tensor, as before, so copies never overlap."""
+
+    def __init__(self, numel: int):
+        self.buffer = torch.empty(numel, dtype=torch.float32)
+        self.used = 0
+        self.handed: list[weakref.ref] = []
+
+    def copy(self, stored: torch.Tensor) -> torch.Tensor:
+        self.handed = [r for r in self.handed if r() is not None]
+        if not self.handed:
+            self.used = 0
+        n = stored.numel()
+        if self.used + n > self.buffer.numel():
+            return stored.float()
+        out = self.buffer[self.used:self.used + n].view(stored.shape).copy_(stored)
+        self.used += n
+        self.handed.append(weakref.ref(out))
+        return out
+
+
 class _ReadAsFloat32(torch.nn.Module):
-    """Parametrization: the stored bf16 tensor, read as fp32 (an exact upcast) at each use and freed after."""
+    """Parametrization: the stored bf16 tensor, read as fp32 (an exact upcast) into the model's
+    arena at each use."""
+
+    def __init__(self, arena: _Float32Arena):
+        super().__init__()
+        self.arena = arena
 
     def forward(self, stored: torch.Tensor) -> torch.Tensor:
-        return stored.float()
+        return self.arena.copy(stored)
 
 
 def prepare_decode(model, cfg: FishConfig, rows: int) -> None:
@@ -123,7 +156,8 @@ def load_reference_model(weights_dir: Path):
     checkpoint's bf16; each parameter reads as an fp32 copy made at its use and freed after it.
 
     The math is the full-fp32 model's (bf16 -> fp32 is exact), but resident weights are the bf16
-    checkpoint (9.1 GB for fish-s2-pro instead of 18 GB) plus the one fp32 tensor in use; reads
+    checkpoint (9.1 GB for fish-s2-pro instead of 18 GB) plus one arena the size of the largest
+    tensor that the reads are copied into (`_Float32Arena`); reads
     outside a module call (the tied output head `embeddings.weight`) upcast the same way.
     """
     cfg = read_config(weights_dir)
@@ -133,9 +167,10 @@ def load_reference_model(weights_dir: Path):
     state = {from_s2_key(k): v for k, v in load_state(weights_dir, DTYPE).items()}
     model.load_state_dict(state, strict=True, assign=True)
     prepare_decode(model, cfg, 1)
+    arena = _Float32Arena(max(t.numel() for t in state.values() if t.is_floating_point()))
     for module in list(model.modules()):
         for name, _ in list(module.named_parameters(recurse=False)):
-            parametrize.register_parametrization(module, name, _ReadAsFloat32(), unsafe=True)
+            parametrize.register_parametrization(module, name, _ReadAsFloat32(arena), unsafe=True)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise RuntimeError(f"reference model: tensors left unloaded: {left}")
