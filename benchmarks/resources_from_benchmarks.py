@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="table to update (default: %(default)s)")
     ap.add_argument("-o", "--output", type=Path, help="write here instead of updating --table in place")
     ap.add_argument("--allow-missing", action="store_true",
-                    help="write even if some rules have no benchmark (their old entries are kept)")
+                    help="write even if some rules or stages have no benchmark (their old entries are kept)")
     args = ap.parse_args(argv)
 
     try:
@@ -151,8 +151,12 @@ def main(argv=None) -> int:
         print(f"error: no benchmark files for rules {missing} of {args.model}; finish the build, "
               f"or pass --allow-missing to keep their old entries", file=sys.stderr)
         return 2
-    # keep the entry's own keys (ceiling, io_from) and, with --allow-missing, unmeasured rules
+    # keep the entry's own keys (ceiling, io_from) and, with --allow-missing, unmeasured rules and
+    # the stages of a measured rule that this build did not run (a partial build of a large model)
     kept = {k: v for k, v in old.items() if k not in RULES or k in missing}
+    if args.allow_missing:
+        entry = {rule: {**{st: pts for st, pts in old.get(rule, {}).items() if st not in stages}, **stages}
+                 for rule, stages in entry.items()}
     table["models"][args.model] = {**kept, **entry}
     table.setdefault("measured", {})[args.model] = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -234,3 +234,7 @@ def test_memory_cap_serializes_jobs_and_the_table_is_derived_from_their_benchmar
     written += sum(f.stat().st_size for f in (export_dir / "t32.functions").rglob("*") if f.is_file()) / resources.MIB
     assert pts[0]["out_mib"] == pytest.approx(written, rel=1e-3)
     assert entry["weights"]["*"][0]["x"] is None
+    # the stages this partial build did not export keep their old points
+    old = json.loads(resources.TABLE_PATH.read_text())["models"]["kokoro-tiny"]["export"]
+    assert {k: v for k, v in entry["export"].items() if k != "duration"} == {k: v for k, v in old.items() if k != "duration"}
+    assert len(old) > 1
