@@ -8,7 +8,7 @@ against the per-file limits.
 
 Build with `job_server=False`: a warm job's benchmark file has the client's CPU and RSS, not the job's
 (README, "Run on a cluster"). `--run-log` adds what `/usr/bin/time -v` printed for the whole run (its
-wall time, and the largest peak RSS of any one process of it). A job that ran in an earlier run of the
+wall time, and the largest peak RSS of any one process of it), once per run of a resumed build. A job that ran in an earlier run of the
 same build keeps its own benchmark file, so the per-job figures hold for a build resumed after a stop.
 """
 from __future__ import annotations
@@ -70,8 +70,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--workdir", type=Path, default=REPO)
-    ap.add_argument("--run-log", type=Path, help="the run's output, ending with /usr/bin/time -v's report")
-    ap.add_argument("--command", help="the command that ran the build (recorded as given)")
+    ap.add_argument("--run-log", type=Path, action="append", default=[],
+                    help="a run's output, ending with /usr/bin/time -v's report (repeatable: a build resumed "
+                         "over several runs)")
+    ap.add_argument("--command", action="append", default=[],
+                    help="a command that ran the build (recorded as given; repeatable, in the runs' order)")
     ap.add_argument("--note", action="append", default=[], help="a line recorded with the figures (repeatable)")
     ap.add_argument("-o", "--output", type=Path)
     args = ap.parse_args(argv)
@@ -87,7 +90,7 @@ def main(argv=None) -> int:
     limits = {s: wf.convert_options(args.model, s)["max_package_mb"] for s in wf.stages(args.model)}
     result = {
         "model": args.model,
-        "command": args.command,
+        "commands": args.command,
         "notes": args.note,
         "machine": provenance(),
         "jobs": jobs,
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
         "total": {"jobs": len(jobs), "job_wall_s": round(sum(j["seconds"] for j in jobs), 1),
                   "job_cpu_s": round(sum(j["cpu_seconds"] for j in jobs), 1),
                   "max_job_rss_mb": max((j["max_rss_mb"] for j in jobs), default=None)},
-        "run": time_v(args.run_log) if args.run_log else None,
+        "runs": [{"log": log.name, **time_v(log)} for log in args.run_log],
         "disk_mb": {p.name: round(tree_bytes(p) / MB, 1) for p in sorted(model_dir.iterdir())},
         "packages": package_sizes(model_dir, limits),
     }

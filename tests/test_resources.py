@@ -238,3 +238,18 @@ def test_memory_cap_serializes_jobs_and_the_table_is_derived_from_their_benchmar
     old = json.loads(resources.TABLE_PATH.read_text())["models"]["kokoro-tiny"]["export"]
     assert {k: v for k, v in entry["export"].items() if k != "duration"} == {k: v for k, v in old.items() if k != "duration"}
     assert len(old) > 1
+
+    # the same build's summary: every job's figures, the runs' /usr/bin/time -v reports, disk
+    run_log = tmp_path / "run.log"
+    with open(run_log, "w") as log:
+        subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", "pass"], stderr=log, check=True)
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "build_summary.py"), "--workdir", str(workflow_copy),
+                           "--model", "kokoro-tiny", "--run-log", str(run_log), "--run-log", str(run_log),
+                           "--command", "snakemake (test)", "-o", str(tmp_path / "summary.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    tsvs = list((workflow_copy / "artifacts" / "kokoro-tiny" / "benchmarks").rglob("*.tsv"))
+    assert summary["total"]["jobs"] == len(tsvs) >= 3 and summary["commands"] == ["snakemake (test)"]
+    assert [r["exit_status"] for r in summary["runs"]] == [0, 0] and all(r["max_rss_mib"] > 1 for r in summary["runs"])
+    assert summary["disk_mb"]["export"] > 0 and summary["packages"] == []
