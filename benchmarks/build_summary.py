@@ -14,7 +14,6 @@ same build keeps its own benchmark file, so the per-job figures hold for a build
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_benchmark import job_table  # noqa: E402
 from resources_from_benchmarks import tree_bytes  # noqa: E402
-from rule_sums import rule_sums  # noqa: E402
+from rule_sums import emit, rule_sums  # noqa: E402
 
 from anetts import artifacts  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
@@ -103,10 +102,7 @@ def main(argv=None) -> int:
         "packages": package_sizes(model_dir, limits),
     }
     result["disk_mb"]["total"] = round(sum(result["disk_mb"].values()), 1)
-    text = json.dumps(result, indent=2) + "\n"
-    if args.output:
-        args.output.write_text(text)
-    print(text, end="")
+    emit(result, args.output)
     return 0
 
 

@@ -29,6 +29,14 @@ def rule_sums(bench_dir: Path) -> dict[str, dict]:
     return {rule: {k: round(v, 1) for k, v in s.items()} for rule, s in sorted(sums.items())}
 
 
+def emit(result: dict, output: Path | None) -> None:
+    """A benchmark's JSON on stdout and, with an output path, in that file."""
+    text = json.dumps(result, indent=2) + "\n"
+    if output:
+        output.write_text(text)
+    print(text, end="")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("benchmarks", type=Path)
@@ -45,10 +53,7 @@ def main(argv=None) -> int:
                 s["cpu_per_job_ratio"] = round((s["cpu_s"] / s["jobs"]) / (b["cpu_s"] / b["jobs"]), 3) if b["cpu_s"] else None
     for key in ("jobs", "wall_s", "cpu_s"):
         result[f"total_{key}"] = round(sum(s[key] for s in result["rules"].values()), 1)
-    text = json.dumps(result, indent=2) + "\n"
-    if args.output:
-        args.output.write_text(text)
-    print(text, end="")
+    emit(result, args.output)
     return 0
 
 
