@@ -153,7 +153,7 @@ def prepare_decode(model, cfg: FishConfig, rows: int) -> None:
 
 def load_reference_model(weights_dir: Path):
     """The upstream model in eval mode with every checkpoint tensor loaded (strict) and kept in the
-    checkpoint's bf16; each parameter reads as an fp32 copy made at its use and freed after it.
+    checkpoint's bf16; each parameter reads as an fp32 copy made at its use (into the arena).
 
     The math is the full-fp32 model's (bf16 -> fp32 is exact), but resident weights are the bf16
     checkpoint (9.1 GB for fish-s2-pro instead of 18 GB) plus one arena the size of the largest
