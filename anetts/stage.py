@@ -230,8 +230,9 @@ class Family:
     # (stage name, its stage params from config, weights dir) → the Stage it is, for stages made
     # from their config parameters (Fish's chunks of layers); `stages` holds the others
     make_stage: Callable[[str, dict, Path], Stage] | None = None
-    # (packages {stage: path}, weights dir, reference npz, gate, params) → report: the compiled
-    # packages composed as the runtime composes them, against upstream (rule chain_parity)
+    # (packages {stage: path}, weights dir, reference npz, gate, params, settings) → report: the
+    # compiled packages composed as the runtime composes them, against upstream (rule chain_parity;
+    # settings: the model's `chain` block)
     check_chain: Callable[..., dict] | None = None
     # (runtime over the compiled packages, weights dir, params, gate) → report with "passed" and
     # "checks": the runtime end to end against upstream on fixed texts (rule end_to_end)

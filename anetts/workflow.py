@@ -380,6 +380,10 @@ class WorkflowConfig:
     def chain_code(self, model: str) -> list[str]:
         return self._rel([*self.decl(model).chain_paths(), _PKG / "verify" / "metrics.py", _PKG / "options.py"])
 
+    def chain_settings(self, model: str) -> dict:
+        """The model's `chain` block (the family's chain check names and defaults its keys)."""
+        return canonical(dict(self.config["models"][model].get("chain") or {}))
+
     def chain_stages(self, model: str, bucket: str) -> list[str]:
         return [s for s in self.stages(model) if bucket in self.buckets(model, s)]
 

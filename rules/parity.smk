@@ -58,6 +58,7 @@ rule chain_parity:
         stage_params=lambda w: {
             s: WF.stage_params(w.model, s) for s in WF.chain_stages(w.model, w.bucket)
         },
+        settings=lambda w: WF.chain_settings(w.model),
         gate=lambda w: WF.chain_gate(w.model),
     script:
         "../workflow_scripts/chain_parity.py"

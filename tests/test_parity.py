@@ -11,7 +11,7 @@ import torch
 from anetts.compile.convert import ConvertOptions, convert_package
 from anetts.compile.trace import export_stage, write_reference
 from anetts.families import get_family
-from anetts.verify.metrics import PERFECT_DB, compare, exact_match_fraction
+from anetts.verify.metrics import PERFECT_DB, compare, exact_match_fraction, gap_in_noise
 from anetts.verify.parity import Gate, ParityError, check_parity, run_parity
 
 FAMILY = get_family("kokoro")
@@ -30,6 +30,14 @@ def test_metrics_known_values():
     assert exact_match_fraction(np.array([1, 2, 3, 4]), np.array([1, 2, 3, 5])) == 0.75
     with pytest.raises(ValueError, match="shape mismatch"):
         compare(ref, ref[:2])
+
+
+def test_a_gap_is_measured_in_units_of_the_steps_logit_noise():
+    want = np.array([2.0, 1.99, 0.0, -1.0])
+    got = want + np.array([-0.02, 0.02, 0.02, -0.02])  # RMS difference 0.02: the near-tie flips
+    assert gap_in_noise(0.01, want, got) == {"logit_noise": pytest.approx(0.02), "gap_in_noise": pytest.approx(0.5)}
+    assert gap_in_noise(0.0, want, want) == {"logit_noise": 0.0, "gap_in_noise": 0.0}
+    assert gap_in_noise(0.01, want, want)["gap_in_noise"] is None  # a flip that no noise explains
 
 
 @pytest.fixture(scope="module")

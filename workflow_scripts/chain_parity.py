@@ -8,4 +8,4 @@ from anetts.verify.chain import check_chain_report
 
 check_chain_report(snakemake.params.family, dict(zip(snakemake.params.stages, snakemake.input.packages)),
                    snakemake.input.assets, snakemake.input.reference, dict(snakemake.params.gate),
-                   dict(snakemake.params.stage_params), snakemake.output[0])
+                   dict(snakemake.params.stage_params), dict(snakemake.params.settings), snakemake.output[0])

@@ -500,6 +500,14 @@ class Runner:
                     log.debug("%s backend loaded %s", self.name, entry.label)
         return p
 
+    def unload(self, stages) -> None:
+        """Drop the loaded programs of these stages (every bucket); a later call loads them again."""
+        stages = set(stages)
+        with self._lock:
+            for (stage, bucket) in self.artifacts.packages:
+                if stage in stages:
+                    self._programs.pop(self._key(self.artifacts.package(stage, bucket)), None)
+
     def prepare(self, stage: str, bucket: str) -> None:
         """Verify and load the stage's bucket now; idempotent."""
         self.program(stage, bucket)

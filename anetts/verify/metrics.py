@@ -61,3 +61,18 @@ def top1_agreement(reference: np.ndarray, candidate: np.ndarray, axis: int = -1)
     if ref.size == 0:
         return 1.0
     return float(np.mean(np.argmax(ref, axis=axis) == np.argmax(x, axis=axis)))
+
+
+def gap_in_noise(gap: float, reference: np.ndarray, candidate: np.ndarray) -> dict:
+    """A flipped pick's logit gap against the numerical noise of the step it was made at.
+
+    `gap`: the reference's logit of its own pick minus its logit of the candidate's pick (>= 0 when
+    the candidate flipped a pick); `reference`, `candidate`: the two logit vectors of that one step.
+    The noise is the RMS of their difference over the whole vector. A flip whose gap is a few noise
+    units is a near-tie that noise of this size flips; a gap of many noise units is not explained by
+    it. (Any flip's two logits must have moved apart by at least the gap, so the gap is judged
+    against the step's noise as a whole, not against those two errors.)"""
+    d = np.asarray(candidate, np.float64).ravel() - np.asarray(reference, np.float64).ravel()
+    noise = float(np.sqrt(np.mean(d * d))) if d.size else 0.0
+    ratio = gap / noise if noise > 0 else (0.0 if gap <= 0 else None)  # None: a flip with no noise at all
+    return {"logit_noise": noise, "gap_in_noise": ratio}

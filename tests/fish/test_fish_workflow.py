@@ -35,6 +35,16 @@ def test_config_expands_repeated_stages_per_model():
     assert wf.bundles("fish-tiny") == ["artifacts/fish-tiny/bundles/codec.mlpackage"]
     assert wf.chain_reports("fish-tiny") == ["artifacts/fish-tiny/chain/ctx320.json"]  # the codec is not in a chain
     assert wf.chain_reports("kokoro-tiny") == []
+    # the model's own chain settings (fish-s2-pro compares fewer fused frames: each is ~5 s at full size)
+    assert wf.chain_settings("fish-tiny") == {}
+    assert wf.chain_settings("fish-s2-pro") == cfg["models"]["fish-s2-pro"]["chain"]
+
+
+def test_unknown_chain_settings_are_named():
+    from anetts.families import get_family
+
+    with pytest.raises(ValueError, match=r"unknown settings \['frames'\]; known: fused_frames"):
+        get_family("fish").check_chain({}, None, None, None, {}, {"frames": 3})
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -149,6 +159,13 @@ def test_fish_parity_checks_every_position_against_upstream(fish_build):
     tf = chain["teacher_forced"]
     assert tf["frames"] >= 64 and tf["head_top1"] >= 0.99 and tf["fast_codes_agreement"] >= 0.99
     assert chain["closed_loop"]["frames"] == tf["frames"]
+    from anetts.models.fish.chain_check import FUSED_FRAMES
+
+    for mode, fused in chain["fused_vs_stepped"].items():  # the fast AR's frame vs decode, 128 frames each
+        assert fused["passed"] and fused["frames"] == FUSED_FRAMES >= 128, mode
+        assert all(d["stepped_gap"] <= d["tie_bound"] == pytest.approx(chain["fused_tie"]["draw_gap"] +
+                                                                        chain["fused_tie"]["noise_units"] * d["noise"])
+                   for d in fused["divergences"])
 
 
 def test_package_metadata_carries_the_licence(fish_build):

@@ -5,9 +5,10 @@ end-to-end gate: every pick is the argmax of the compiled logits, and it records
 the loop saw (slow position, final-normed slow state, head and fast-AR logits) and what it picked.
 
 Where a pick differs from upstream's it records the divergence: frame, codebook (0: the semantic
-token, which sets code 0), and upstream's logit gap between its own pick and the runtime's. On
-random weights the logits are flat, near-ties are common and fp16 flips them, so the gap says
-whether a divergence is such a tie. With `follow` (teacher forcing) it then goes on with
+token, which sets code 0), upstream's logit gap between its own pick and the runtime's, and that
+gap in units of the step's logit noise (`metrics.gap_in_noise`). On random weights the logits are
+flat, near-ties are common and fp16 flips them; the gap in noise units says whether a divergence is
+such a tie, at any depth of fp16 error (the noise grows with the layers). With `follow` (teacher forcing) it then goes on with
 upstream's pick, so every later pick is still compared on upstream's path; without it the loop
 runs closed and only the first divergence is comparable (after it, the two decodes are different
 sequences).
@@ -19,7 +20,7 @@ import numpy as np
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.runtime import Picks
 from anetts.models.fish.sampling import forced_draw, frame_draw
-from anetts.verify.metrics import compare, top1_agreement
+from anetts.verify.metrics import compare, gap_in_noise, top1_agreement
 
 
 class Greedy(Picks):
@@ -38,10 +39,14 @@ class Greedy(Picks):
         self.fast_logits: list[list[np.ndarray]] = []
         self.divergences: list[dict] = []
 
-    def _diverged(self, frame: int, codebook: int, own: int, up: int, up_gap: float, own_gap: float) -> None:
+    def _diverged(self, frame: int, codebook: int, own: int, up: int, up_logits: np.ndarray, logits: np.ndarray,
+                  own_index: int, up_index: int) -> None:
+        """`up_logits`, `logits`: upstream's and the runtime's logits of this pick, index for index."""
         if self.follow or not self.divergences:  # closed loop: later picks are on another path
+            up_gap = float(up_logits[up_index] - up_logits[own_index])
             self.divergences.append({"frame": frame, "codebook": codebook, "runtime": own, "upstream": up,
-                                     "upstream_gap": float(up_gap), "runtime_gap": float(own_gap)})
+                                     "upstream_gap": up_gap, "runtime_gap": float(logits[own_index] - logits[up_index]),
+                                     **gap_in_noise(up_gap, up_logits, logits)})
 
     def _upstream_token(self, frame: int) -> int:
         if frame >= len(self.up["semantic_tokens"]):
@@ -53,9 +58,9 @@ class Greedy(Picks):
         up = self._upstream_token(frame)
         self.tokens.append(own)
         self.codes.append([min(max(own - self.cfg.semantic_begin_id, 0), self.cfg.codebook_size - 1)])
-        if own != up:
-            ul = self.up["slow_logits"][frame]
-            self._diverged(frame, 0, own, up, ul[up] - ul[own], logits[self.row_of[own]] - logits[self.row_of[up]])
+        if own != up:  # the head's logits are over the restricted rows
+            ul = self.up["slow_logits"][frame][self.row_ids]
+            self._diverged(frame, 0, own, up, ul, logits, self.row_of[own], self.row_of[up])
         return up if self.follow else own
 
     def code(self, frame: int, codebook: int, logits: np.ndarray) -> int:
@@ -63,8 +68,7 @@ class Greedy(Picks):
         self.codes[frame].append(own)
         up = int(self.up["codes"][frame][codebook]) if frame < len(self.up["codes"]) else own
         if own != up:
-            ul = self.up["fast_logits"][frame][codebook]
-            self._diverged(frame, codebook, own, up, ul[up] - ul[own], logits[own] - logits[up])
+            self._diverged(frame, codebook, own, up, self.up["fast_logits"][frame][codebook], logits, own, up)
         return up if self.follow else own
 
     def draw(self, frame: int) -> dict[str, np.ndarray]:
@@ -92,8 +96,9 @@ class Greedy(Picks):
     # -------------------------------------------------------------- against upstream
 
     def summary(self) -> dict:
-        """Per frame against upstream: equal picks, the slow state's SNR; top-1 agreement of the head
-        and of the fast AR; the divergences (each with upstream's logit gap)."""
+        """Per frame against upstream: equal picks, the slow state's SNR, the head's and the fast AR's
+        logits' SNR (worst pick); top-1 agreement of the head and of the fast AR; the divergences (each
+        with upstream's logit gap, the step's logit noise and the gap in units of it)."""
         n = len(self.tokens)
         up_tokens, up_codes = self.up["semantic_tokens"][:n], self.up["codes"][:n]
         own_codes = np.array([c + [0] * (self.cfg.num_codebooks - len(c)) for c in self.codes], np.int64)
@@ -103,6 +108,9 @@ class Greedy(Picks):
         ids = self.row_ids
         full = [f for f in range(n) if len(self.fast_logits[f]) == self.cfg.num_codebooks]
         hidden_db = [round(float(compare(self.up["slow_hidden"][f], self.hidden[f])["snr_db"]), 2) for f in range(n)]
+        head_db = [compare(self.up["slow_logits"][f][ids], self.head_logits[f])["snr_db"] for f in range(n)]
+        fast_db = [compare(self.up["fast_logits"][f][c], self.fast_logits[f][c])["snr_db"]
+                   for f in full for c in range(1, self.cfg.num_codebooks)]
         return {
             "frames": n,
             "positions": self.positions,
@@ -117,6 +125,9 @@ class Greedy(Picks):
             "divergences": self.divergences,
             "slow_hidden_db": hidden_db,
             "slow_hidden_min_db": min(hidden_db) if hidden_db else None,
+            # every pick's logits against upstream's on the same path (the noise its near-ties are judged by)
+            "head_logits_min_db": round(min(head_db), 2) if head_db else None,
+            "fast_logits_min_db": round(min(fast_db), 2) if fast_db else None,
             "head_top1": top1_agreement(self.up["slow_logits"][:n][:, ids], np.stack(self.head_logits)),
             "fast_top1": top1_agreement(np.concatenate([self.up["fast_logits"][f][1:] for f in full]),
                                         np.concatenate([np.stack(self.fast_logits[f][1:]) for f in full])) if full else None,

@@ -81,15 +81,19 @@ def _validate(weights_dir: Path, voices: list, scratch: Path):
     return cfg
 
 
-def _check_chain(packages: dict, assets_dir: Path, reference: Path, gate, stage_params: dict) -> dict:
-    from anetts.models.fish.chain_check import check_chain
+def _check_chain(packages: dict, assets_dir: Path, reference: Path, gate, stage_params: dict, settings: dict) -> dict:
+    from anetts.models.fish.chain_check import FUSED_FRAMES, check_chain
 
+    unknown = sorted(set(settings) - {"fused_frames"})
+    if unknown:
+        raise ValueError(f"chain check: unknown settings {unknown}; known: fused_frames")
     # the slow chunks: the repeated stage's instances, in the order of their `index`
     chunks = sorted((s for s, p in stage_params.items() if "index" in p), key=lambda s: stage_params[s]["index"])
     prefill = {stage_params[s]["prefill"] for s in chunks}
     if len(prefill) != 1:
         raise ValueError(f"chain: the slow chunks must share one prefill block size, got {sorted(prefill)}")
-    return check_chain(packages, chunks, assets_dir, reference, gate, prefill.pop())
+    return check_chain(packages, chunks, assets_dir, reference, gate, prefill.pop(),
+                       fused_frames=int(settings.get("fused_frames", FUSED_FRAMES)))
 
 
 def _check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
