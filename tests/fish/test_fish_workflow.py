@@ -40,6 +40,24 @@ def test_config_expands_repeated_stages_per_model():
     assert wf.chain_settings("fish-s2-pro") == cfg["models"]["fish-s2-pro"]["chain"]
 
 
+def test_the_chain_counts_a_flip_as_a_pick_only_when_it_is_a_near_tie_of_close_logits():
+    from types import SimpleNamespace
+
+    from anetts.models.fish.chain_check import NEAR_TIE_NOISE, picks_or_ties
+
+    def flip(codebook, in_noise, db):
+        return {"codebook": codebook, "gap_in_noise": in_noise, "logits_db": db}
+
+    run = {"frames": 10, "divergences": [
+        flip(0, 1.0, 45.0),                   # a near-tie: counts as agreement
+        flip(3, NEAR_TIE_NOISE * 1.01, 45.0),  # too far for the noise
+        flip(4, 0.5, 20.0),                   # close, but the logits are far from upstream's
+        flip(5, None, 45.0),                  # a flip with no noise at all
+    ]}
+    r = picks_or_ties(run, SimpleNamespace(num_codebooks=10), min_logits_db=35.0)
+    assert r == {"head": 1.0, "fast": 1 - 3 / 90, "ties": 1, "not_ties": 3}
+
+
 def test_unknown_chain_settings_are_named():
     from anetts.families import get_family
 
@@ -159,6 +177,9 @@ def test_fish_parity_checks_every_position_against_upstream(fish_build):
     tf = chain["teacher_forced"]
     assert tf["frames"] >= 64 and tf["head_top1"] >= 0.99 and tf["fast_codes_agreement"] >= 0.99
     assert chain["closed_loop"]["frames"] == tf["frames"]
+    ties = tf["picks_or_ties"]  # near-ties forgiven: never below the raw agreement
+    assert ties["head"] >= tf["head_top1"] and ties["fast"] >= tf["fast_codes_agreement"] - 1e-9
+    assert ties["ties"] + ties["not_ties"] == len(tf["divergences"])
     from anetts.models.fish.chain_check import FUSED_FRAMES
 
     for mode, fused in chain["fused_vs_stepped"].items():  # the fast AR's frame vs decode, 128 frames each

@@ -8,7 +8,12 @@ previous one's output, so errors compound as they will at run time. It runs twic
 
 - teacher-forced: where the compiled pick differs from upstream's, upstream's is fed on, so every
   frame is compared on upstream's path; gated per frame on the slow state's SNR (`min_snr_db`),
-  and over all frames on top-1 agreement of the head and of the fast AR's codes (`min_top1`);
+  and over all frames on the head's and the fast AR's picks (`min_top1`): the fraction equal to
+  upstream's or near-ties — a flip whose upstream gap is at most `NEAR_TIE_NOISE` units of its
+  step's logit noise (`metrics.gap_in_noise`) at a step whose logits are within `min_snr_db` of
+  upstream's. fp16 noise grows with depth, and at S2 Pro's 36 layers it flips a few percent of
+  flat random-weight picks (docs/fish.md); a wrong loop's logits are far off, so none of its flips
+  counts as a tie. The raw top-1 agreements are reported beside;
 - closed loop: the compiled picks fed back, reported (frames whose codes all equal upstream's,
   the first divergence and upstream's logit gap there), not gated: after one flipped near-tie the
   two decodes are different, equally valid sequences.
@@ -19,7 +24,7 @@ graph on the same seeded noise), greedy and sampled, over `fused_frames` frames 
 `FUSED_FRAMES`; a model's `chain: {fused_frames}` in the config). The fused run follows the stepped
 run's picks, so every frame is compared; gated: each code that differs must be a near-tie of the
 stepped run — its logit gap (greedy) or its race gap log p + G (sampled) at most `FUSED_DRAW_GAP`
-(the draw's arithmetic: fp32 in the graph, fp64 on the host) plus `FUSED_TIE_NOISE` units of that
+(the draw's arithmetic: fp32 in the graph, fp64 on the host) plus `NEAR_TIE_NOISE` units of that
 pass's logit noise between the two graphs (`metrics.gap_in_noise`; over the temperature when
 sampled), which grows with the model's depth where the two graphs' logits differ.
 """
@@ -41,13 +46,14 @@ from anetts.provenance import provenance
 from anetts.verify.metrics import compare, gap_in_noise
 
 FUSED_FRAMES = 128
-# The two graphs compute the same fp16 logits in another op order, and the fused one draws in fp32,
-# the host in fp64: picks closer than the draw's floor plus this many units of the logits' noise may
-# differ, as a near-tie flips (the end-to-end gate's `max_tie_noise`, config.yaml, judges upstream's
-# gaps in the same units). fish-tiny: identical logits on the MIL executor; one sampled flip in 128
-# frames, race gap 0.0013.
+# A flip within this many units of its step's logit noise is a near-tie (the end-to-end gate's
+# `max_tie_noise` in config.yaml is the same judgement). fish-tiny's fp16 flips: <= 1.66 units;
+# fish-s2-pro's: <= 2.58 (end_to_end, docs/fish.md).
+NEAR_TIE_NOISE = 4.0
+# The fused graph draws in fp32, the host in fp64: picks closer than this floor (plus the near-tie
+# noise above, when the two graphs' logits differ) may differ. fish-tiny: identical logits on the
+# MIL executor; one sampled flip in 128 frames, race gap 0.0013.
 FUSED_DRAW_GAP = 0.01
-FUSED_TIE_NOISE = 4.0
 FUSED_SAMPLING = {"greedy": SamplingParams(temperature=0.0), "sampled": SamplingParams()}
 
 
@@ -81,6 +87,11 @@ def decode_against(decoder: FishDecoder, ref: dict, n_frames: int, follow: bool)
     for _ in decoder.generate(ref["prompt"], n_frames, picks, stop_at_end=False):
         pass
     out = picks.summary()
+    ids = decoder.row_ids
+    for d in out["divergences"]:  # the SNR of the step's logits: a near-tie needs them close to upstream's
+        f, c = d["frame"], d["codebook"]
+        up, got = (ref["slow_logits"][f][ids], picks.head_logits[f]) if c == 0 else (ref["fast_logits"][f][c], picks.fast_logits[f][c])
+        d["logits_db"] = compare(up, got)["snr_db"]
     out["seconds"] = {k: round(v, 3) for k, v in {**picks.timings, "total": time.perf_counter() - t0}.items()}
     return out
 
@@ -131,8 +142,21 @@ class _Replay(Sampling):
         noise = noise if p.greedy else noise / p.temperature  # log p differences are logit differences / T
         self.divergences.append({"frame": frame, "codebook": c + 1, "stepped": want[c], "fused": codes[c],
                                  "stepped_gap": gap, "noise": noise,
-                                 "tie_bound": FUSED_DRAW_GAP + FUSED_TIE_NOISE * noise})
+                                 "tie_bound": FUSED_DRAW_GAP + NEAR_TIE_NOISE * noise})
         return want
+
+
+def picks_or_ties(run: dict, cfg, min_logits_db: float) -> dict:
+    """Of a teacher-forced run's head and fast-AR picks, the fraction equal to upstream's or near-ties
+    (module doc)."""
+    def tie(d):
+        return d["gap_in_noise"] is not None and d["gap_in_noise"] <= NEAR_TIE_NOISE and d["logits_db"] >= min_logits_db
+
+    far = [d for d in run["divergences"] if not tie(d)]
+    n, head_far = run["frames"], sum(d["codebook"] == 0 for d in far)
+    return {"head": 1 - head_far / n if n else None,
+            "fast": 1 - (len(far) - head_far) / (n * (cfg.num_codebooks - 1)) if n else None,
+            "ties": len(run["divergences"]) - len(far), "not_ties": len(far)}
 
 
 def fused_vs_stepped(decoder: FishDecoder, rows: np.ndarray, n_frames: int, seed: int = 0) -> dict:
@@ -177,14 +201,15 @@ def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, 
     if len(stops):  # upstream's reference ran on past <|im_end|>; the runtime's loop stops there
         n = int(stops[0])
     tf = decode_against(decoder, ref, n, follow=True)
+    tf["picks_or_ties"] = picks_or_ties(tf, embed.cfg, gate.min_snr_db)
     loop = decode_against(decoder, ref, min(closed_loop_frames or n, n), follow=False)
     # a prompt of one prefill block leaves the context's room for the fused-vs-stepped frames
     rows = ref["prompt"][:, :prefill]
     fused = fused_vs_stepped(decoder, rows, min(fused_frames, decoder.room(rows.shape[1])))
     checks = {
         "slow_hidden_min_db": tf["slow_hidden_min_db"] >= gate.min_snr_db,
-        "head_top1": tf["head_top1"] >= gate.min_top1,
-        "fast_codes_agreement": tf["fast_codes_agreement"] >= gate.min_top1,
+        "head_picks": tf["picks_or_ties"]["head"] >= gate.min_top1,
+        "fast_picks": tf["picks_or_ties"]["fast"] >= gate.min_top1,
         **{f"fused_equals_stepped_{mode}": r["passed"] for mode, r in fused.items()},
     }
     return {
@@ -194,7 +219,8 @@ def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, 
         "teacher_forced": tf,
         "closed_loop": loop,
         "fused_vs_stepped": fused,
-        "fused_tie": {"draw_gap": FUSED_DRAW_GAP, "noise_units": FUSED_TIE_NOISE},
+        "near_tie_noise": NEAR_TIE_NOISE,
+        "fused_tie": {"draw_gap": FUSED_DRAW_GAP, "noise_units": NEAR_TIE_NOISE},
         # Core ML calls per frame: the slow chunks, the head, then the fast AR's one fused call or 10 stepped
         "calls_per_frame": {FRAME: len(chunks) + 2, DECODE: len(chunks) + 1 + embed.cfg.num_codebooks},
         "checks": checks,
