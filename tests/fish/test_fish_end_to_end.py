@@ -39,6 +39,8 @@ def tts(model_dir):
 def test_the_build_records_a_passed_end_to_end_verdict(report, gate):
     assert report["passed"] and report["backend"] == "mil" and report["gate"] == gate
     assert set(report["checks"]) == {"codes_equal", "logits_db", "slow_hidden_db", "audio_snr_db"}
+    peaks = report["peak_rss_mib"]  # the process's peak after each phase: monotone, so it says where it rose
+    assert list(peaks) == ["upstream_generation", "runtime_decode", "audio"] and list(peaks.values()) == sorted(peaks.values())
     for row in report["texts"]:
         print({k: row[k] for k in ("text", "frames", "frames_all_codes_equal", "max_divergence_gap",
                                    "slow_hidden_min_db", "audio_snr_db")})
@@ -96,6 +98,16 @@ def faulty(tts):
 
     yield inject
     tts.decoder.program, tts.decoder.fast_function = program, None
+
+
+def test_unload_drops_a_stages_programs_and_the_next_call_loads_them_again(tts):
+    """What the check does before its audio phase (the AR packages are not needed for it)."""
+    backend = tts.backend
+    head, fast = backend.program("lm_head", tts.head_bucket), backend.program("fast_ar", tts.fast_bucket)
+    backend.unload(["lm_head"])
+    assert backend.program("fast_ar", tts.fast_bucket) is fast  # another stage's program stays loaded
+    again = backend.program("lm_head", tts.head_bucket)
+    assert again is not head and backend.program("lm_head", tts.head_bucket) is again
 
 
 def test_the_gate_passes_the_runtime_as_built(tts, model_dir, gate):
