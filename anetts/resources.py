@@ -54,14 +54,19 @@ class RuleSpec:
     # "chain" (one per reference bucket, families with a chain check), "end_to_end" (one per model
     # whose family declares an end-to-end check), or None (no stage filter)
     jobs: str | None = None
+    # Snakemake's `priority:` (higher first among ready jobs). 1 for the jobs that take both of a
+    # 2-core box's cores and that later 1-thread work waits on (a bucket's reference: its exports;
+    # a bucket's parity: its stage's bundle): run when both cores are free, they leave the 1-thread
+    # jobs to pair up, rather than one running beside an idle core (docs/startup.md, session 15)
+    priority: int = 0
 
 
 RULES: dict[str, RuleSpec] = {
     "weights": RuleSpec(2, None, ()),
-    "reference": RuleSpec(2, "bucket", ("bucket",)),
+    "reference": RuleSpec(2, "bucket", ("bucket",), priority=1),
     "export": RuleSpec(1, "bucket", ("stage", "bucket")),
     "convert": RuleSpec(1, "bucket", ("stage", "bucket")),
-    "parity": RuleSpec(2, "bucket", ("stage", "bucket")),
+    "parity": RuleSpec(2, "bucket", ("stage", "bucket"), priority=1),
     "bundle": RuleSpec(1, "stage", ("stage",), "bucketed"),
     "bundle_parity": RuleSpec(2, "stage", ("stage",), "bucketed"),
     "chain_parity": RuleSpec(2, "bucket", ("bucket",), "chain"),
@@ -235,6 +240,9 @@ class RuleResources:
     # -- what the rules use --------------------------------------------------------------------
     def threads(self, rule: str) -> int:
         return spec(rule).threads
+
+    def priority(self, rule: str) -> int:
+        return spec(rule).priority
 
     def of(self, rule: str) -> dict:
         """Snakemake resource callables for `rule` (evaluated per job, `attempt` 1, 2, … on --retries).

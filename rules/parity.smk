@@ -16,6 +16,7 @@ rule parity:
         log_of("parity"),
     benchmark:
         benchmark_of("parity")
+    priority: RES.priority("parity")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("parity")

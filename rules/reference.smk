@@ -9,6 +9,7 @@ rule reference:
         log_of("reference"),
     benchmark:
         benchmark_of("reference")
+    priority: RES.priority("reference")
     conda:
         "../envs/anetts.yaml"
     threads: RES.threads("reference")

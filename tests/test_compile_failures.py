@@ -41,23 +41,25 @@ def test_export_writes_checked_trace(exported_duration):
 
 
 def test_trace_mismatch_fails_and_leaves_nothing(tiny_weights, tiny_model, tmp_path, monkeypatch):
+    """A draw inside the graph (a noise source the wrapper forgot to take as an input, as upstream's
+    vocoder has): the traced module draws again on replay and differs from the outputs it recorded."""
+    import torch
+
     stage = FAMILY.stage("duration")
     build = stage.build
 
-    def unstable(model):
+    def with_internal_noise(model):
         module = build(model)
         forward = module.forward
-        calls = {"n": 0}
 
-        def drifting(*args):  # a different result on every call, as data-dependent tracing gives
-            calls["n"] += 1
+        def noisy(*args):
             out = forward(*args)
-            return (out[0], out[1] + calls["n"], *out[2:])
+            return (out[0], out[1] + torch.rand_like(out[1]), *out[2:])
 
-        module.forward = drifting
+        module.forward = noisy
         return module
 
-    monkeypatch.setattr(stage, "build", unstable)
+    monkeypatch.setattr(stage, "build", with_internal_noise)
     with pytest.raises(ExportError, match="traced output d differs"):
         export_stage(FAMILY, "duration", 32, tiny_weights, tmp_path / "t32.functions", tmp_path / "t32.scenario.npz",
                      tmp_path / "t32.export.json", model=tiny_model)
@@ -95,3 +97,25 @@ def test_unknown_deployment_target_is_an_error(exported_duration, tmp_path):
     with pytest.raises(ConversionError, match="deployment target 'macOS9'"):
         convert_package(exported_duration / "t32.functions", exported_duration / "t32.export.json", tmp_path / "p.mlpackage",
                         tmp_path / "p.json", ConvertOptions.make(deployment_target="macOS9"), META)
+
+
+def test_an_invalid_converted_program_fails_the_conversion_and_validation_is_restored(exported_duration, tmp_path,
+                                                                                     monkeypatch):
+    """coremltools' per-pass program validation is skipped during conversion (validated_once); the
+    converted program is still validated once, and a failure there is the conversion's."""
+    from coremltools.converters.mil.mil.program import Program
+
+    seen = []
+
+    def invalid(self, check_essential_scope=False):
+        seen.append(self)
+        raise ValueError("var %x is not visible in block")
+
+    monkeypatch.setattr(Program, "validate", invalid)
+    pkg, report = tmp_path / "t32.mlpackage", tmp_path / "t32.json"
+    with pytest.raises(ConversionError, match="duration/t32.*not visible"):
+        convert_package(exported_duration / "t32.functions", exported_duration / "t32.export.json", pkg, report,
+                        ConvertOptions.make(), META)
+    assert len(seen) == 1  # once, on the converted program, not per pass
+    assert not pkg.exists() and not report.exists()
+    assert Program.validate is invalid  # the patch is undone, whatever the conversion did

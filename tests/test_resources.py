@@ -107,6 +107,8 @@ def test_every_rule_declares_threads_resources_and_a_benchmark_in_the_table_layo
         if rule in targets:
             continue
         assert f'threads: RES.threads("{rule}")' in block, rule
+        # a scheduling priority, where a rule has one, is declared from the same table
+        assert (f'priority: RES.priority("{rule}")' in block) == bool(RULES[rule].priority), rule
         assert f'**RES.of("{rule}")' in block, rule
         # the paths come from the rule's RULES entry (rules/common.smk: log_of, benchmark_of), and
         # resources_from_benchmarks.py reads the wildcards back from them
@@ -159,7 +161,7 @@ def dry_run_jobs(stdout: str) -> list[dict]:
         res = dict(kv.split("=", 1) for kv in fields.get("resources", "").split(", ") if "=" in kv)
         wildcards = dict(kv.split("=", 1) for kv in fields.get("wildcards", "").split(", ") if "=" in kv)
         jobs.append({"rule": m.group(2), "local": bool(m.group(1)), "threads": int(fields.get("threads", 1)),
-                     "resources": res, "wildcards": wildcards})
+                     "priority": int(fields.get("priority", 0)), "resources": res, "wildcards": wildcards})
     return jobs
 
 
@@ -190,6 +192,9 @@ def test_slurm_dry_run_lists_every_job_with_its_declared_resources(workflow_copy
         assert int(got["mem_mb"]) == want["mem_mb"] and int(got["runtime"]) == want["runtime"], job
         assert "disk_mb" in got, job  # <TBD> until the inputs exist
         assert job["threads"] == RULES[job["rule"]].threads, job
+        assert job["priority"] == RULES[job["rule"]].priority, job
+    # the jobs that take both cores and that 1-thread work waits on run first when both are free
+    assert {j["rule"] for j in jobs if j["priority"]} == {"reference", "parity"}
 
 
 # -- a real run under --resources ------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from anetts.artifacts import atomic_outputs, clear_outputs, write_json
-from anetts.compile.trace import TRACE_REL_TOL, ExportError, export_stage, load_reference, write_export
+from anetts.compile.trace import (TRACE_REL_TOL, ExportError, export_stage, load_reference, trace_with_outputs,
+                                  write_export)
 from anetts.families import declaration
 from anetts.provenance import provenance
 from anetts.stage import Family
@@ -47,10 +48,9 @@ def _trace(module, fn, inputs: dict) -> tuple[torch.jit.ScriptModule, dict]:
     args = tuple(torch.from_numpy(np.ascontiguousarray(inputs[t.name])) for t in fn.inputs)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        eager = copy.deepcopy(module)(*args)  # forward writes the state buffers: every run on a copy
-        traced = torch.jit.trace(copy.deepcopy(module), args, check_trace=False, strict=False)
+        # forward writes the state buffers: the recording pass and the replay each on a fresh copy
+        traced, eager = trace_with_outputs(copy.deepcopy(module), args)
         replay = traced(*args)
-    eager = eager if isinstance(eager, tuple) else (eager,)
     replay = replay if isinstance(replay, tuple) else (replay,)
     errors = {}
     for t, e, r in zip(fn.outputs, eager, replay):

@@ -85,7 +85,7 @@ def _parity_section(d: dict) -> str:
         table.append([f'<span data-parity="{_h(key)}">{_h(key)}</span>',
                       _num(r["backends"]["torch_trace"].get("min_snr_db")), _num(mil.get("min_snr_db")), cm,
                       _num(r["gate"].get("min_snr_db"), "{:g}"), _num(r["gate"].get("target_snr_db"), "{:g}"),
-                      _h(worst), _num(r.get("mil_vs_eager_time_ratio"), "{:.2f}×"),
+                      _h(worst), _num(r.get("mil_vs_torch_time_ratio"), "{:.2f}×"),
                       _verdict(r["passed"], mil.get("meets_target")) + f"<details><summary>outputs</summary>{detail}</details>"])
     lines = []
     if len(gates) == 1:
@@ -105,7 +105,7 @@ def _parity_section(d: dict) -> str:
            f"<p>Every package run by the MIL reference executor (and Core ML on macOS) against the upstream eager fp32 "
            f"model on the valid region. Overall: {_verdict(d['summary']['all_passed'])}</p>", chart,
            _table(["stage/bucket", "trace dB", "MIL dB", "Core ML dB", "gate dB", "target dB", "worst output",
-                   "executor / eager time", "verdict"], table, num_cols=(1, 2, 4, 5, 7))]
+                   "executor / torch time", "verdict"], table, num_cols=(1, 2, 4, 5, 7))]
     if bundle_rows:
         out += ["<h3>Bundles (multifunction), every function through the same gate</h3>",
                 hbar_chart(bundle_rows, figure="bundle-parity-snr", unit="dB", lines=lines),

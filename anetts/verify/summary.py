@@ -28,8 +28,8 @@ def _rows(reports: list) -> list[dict]:
                             | ({"exact_fraction": v["exact_fraction"]} if "exact_fraction" in v else {})
                             for k, v in mil["outputs"].items()},
             "coreml_min_snr_db": coreml.get("min_snr_db"),
-            "eager_seconds": r["eager_seconds"], "mil_seconds": mil["seconds"],
-            "mil_vs_eager_time_ratio": r["mil_vs_eager_time_ratio"],
+            "torch_seconds": r["torch_seconds"], "mil_seconds": mil["seconds"],
+            "mil_vs_torch_time_ratio": r["mil_vs_torch_time_ratio"],
             "gate": r["gate"],
         })
     return rows
@@ -38,7 +38,7 @@ def _rows(reports: list) -> list[dict]:
 def _markdown(model: str, rows: list[dict]) -> str:
     lines = [f"# Parity summary: {model}", "",
              "Worst float output SNR on the valid region vs upstream eager fp32 (dB); durations: exact-match fraction.",
-             "", "| stage | bucket | trace | MIL executor | CoreML | pred_dur exact | executor/eager time | verdict |",
+             "", "| stage | bucket | trace | MIL executor | CoreML | pred_dur exact | executor/torch time | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         exact = r["mil_outputs"].get("pred_dur", {}).get("exact_fraction")
@@ -46,7 +46,7 @@ def _markdown(model: str, rows: list[dict]) -> str:
         lines.append(
             f"| {r['stage']} | {r['bucket']} | {r['trace_min_snr_db']:.1f} | {r['mil_min_snr_db']:.1f} | "
             f"{coreml} | "
-            f"{'' if exact is None else f'{exact:.3f}'} | {r['mil_vs_eager_time_ratio']:.2f}× | "
+            f"{'' if exact is None else f'{exact:.3f}'} | {r['mil_vs_torch_time_ratio']:.2f}× | "
             f"{'pass' if r['passed'] else 'FAIL'} |")
     return "\n".join(lines) + "\n"
 
