@@ -119,3 +119,15 @@ def test_an_invalid_converted_program_fails_the_conversion_and_validation_is_res
     assert len(seen) == 1  # once, on the converted program, not per pass
     assert not pkg.exists() and not report.exists()
     assert Program.validate is invalid  # the patch is undone, whatever the conversion did
+
+
+def test_a_conversion_validates_its_program_once_not_after_every_pass(exported_duration, tmp_path, monkeypatch):
+    from coremltools.converters.mil.mil.program import Program
+
+    calls = []
+    validate = Program.validate
+    monkeypatch.setattr(Program, "validate", lambda self, check_essential_scope=False: (calls.append(1),
+                                                                                          validate(self))[1])
+    convert_package(exported_duration / "t32.functions", exported_duration / "t32.export.json",
+                    tmp_path / "t32.mlpackage", tmp_path / "t32.json", ConvertOptions.make(), META)
+    assert len(calls) == 1  # coremltools alone would validate before each pipeline and after each pass
