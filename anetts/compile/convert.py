@@ -143,7 +143,7 @@ def validated_once():
 
     coremltools walks the whole program to validate it before each pass pipeline and after every
     one of its ~110 passes (PassPipelineManager.apply_pipeline): 45 % of converting Kokoro's
-    generator at 3 s (19.5 -> 11.2 s on this project's 2-core box, the package's sha256 unchanged;
+    generator at 3 s (19.5 -> 12.9 s with the one validation, on this project's 2-core box, the same sha256;
     docs/startup.md). The caller validates the converted program with the `validate` yielded, so a
     pass that leaves an invalid program still fails the conversion (naming the stage, not the pass).
     """
