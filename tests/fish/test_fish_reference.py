@@ -1,9 +1,12 @@
 """The upstream reference on fish-tiny: strict load, deterministic decode, first logits equal to an
 independent float64 forward from the raw tensors (which a half-split RoPE fails), and the bf16-resident
-loading decoding exactly as the full-fp32 model with its reads copied into one reused fp32 arena."""
+loading decoding exactly as the full-fp32 model with its reads copied into one reused fp32 arena, and
+the checkpoint never held: each read hands its memory-mapped pages back."""
 from __future__ import annotations
 
+import mmap
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,6 +154,35 @@ def test_reference_model_keeps_bf16_and_upcasts_one_tensor_at_a_time(fish_refere
     largest = max(t.numel() for t in stored.values()) * 4
     assert len(reads) == len(stored) and seen["reads"] > len(stored)
     assert 0 < seen["peak_bytes"] <= largest, f"{seen['peak_bytes']} B of fp32 weights alive at once > {largest} B"
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="resident bytes per map need Linux's smaps")
+def test_reference_model_never_holds_the_checkpoint_only_the_tensor_it_reads(fish_reference):
+    """The weights are views of the shards' memory maps, and each read hands its pages back: at every
+    read of a decode the process holds (next to) none of the checkpoint, where reading the tensors
+    without handing them back leaves all of it resident."""
+    model, cfg, prompt, _ = fish_reference
+    mapped = model.mapped_checkpoint
+    total = sum(t.nbytes for t in mapped.tensors.values())
+    views = {t.data_ptr() for t in mapped.tensors.values()}
+    assert all(t.data_ptr() in views for t in R.stored_tensors(model).values()), "a weight was copied off the map"
+    resident: list[int] = []
+    reads = [plist for m in model.modules() if parametrize.is_parametrized(m)
+             for plist in m.parametrizations.values()]
+    hooks = [plist.register_forward_hook(lambda m, a, out: resident.append(mapped.resident_bytes())) for plist in reads]
+    try:
+        R.reference_decode(model, cfg, prompt, n_frames=1)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(resident) > len(reads) and max(resident) <= 2 * mmap.PAGESIZE, max(resident)
+    # the measure sees a read that is not handed back: the whole checkpoint, until released
+    for t in mapped.tensors.values():
+        t.float()
+    assert mapped.resident_bytes() >= 0.9 * total
+    for t in mapped.tensors.values():
+        mapped.release(t)
+    assert mapped.resident_bytes() <= 2 * mmap.PAGESIZE
 
 
 def test_decode_position_tables_are_the_whole_context_ones_cut_to_its_rows(fish_reference):

@@ -143,7 +143,7 @@ def check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
     unknown = sorted(set(params) - {"texts", "max_frames", "reference_text"})
     if unknown:
         raise ValueError(f"end-to-end check: unknown settings {unknown}; known: texts, max_frames, reference_text")
-    # one upstream network in memory at a time beside the runtime's packages (fish-s2-pro: 9.1 GB, bf16 resident)
+    # one upstream network at a time beside the runtime's packages (its checkpoint memory-mapped, never held)
     peak_mib = {}  # the process's peak RSS after each phase (monotone: the phase where it rose is the one)
     model, _ = load_reference_model(Path(weights_dir))
     ups = [upstream_generation(model, tts, t, params.get("max_frames"), params.get("reference_text")) for t in texts]

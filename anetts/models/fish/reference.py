@@ -31,7 +31,7 @@ from torch.nn.utils import parametrize
 
 from anetts.models.fish import tokenizer as tok
 from anetts.models.fish.config import FishConfig
-from anetts.models.fish.weights import DTYPE, FAST_PREFIX, SLOW_PREFIX, load_state, read_config
+from anetts.models.fish.weights import DTYPE, FAST_PREFIX, SLOW_PREFIX, read_config
 
 REFERENCE_FRAMES = 16
 # Residual codebooks of the S2 codec hold 1024 entries, a quarter of the semantic 4096;
@@ -121,14 +121,16 @@ class _Float32Arena:
 
 class _ReadAsFloat32(torch.nn.Module):
     """Parametrization: the stored bf16 tensor, read as fp32 (an exact upcast) into the model's
-    arena at each use."""
+    arena at each use; then its checkpoint pages are handed back (`MappedCheckpoint.release`)."""
 
-    def __init__(self, arena: _Float32Arena):
+    def __init__(self, arena: _Float32Arena, release):
         super().__init__()
-        self.arena = arena
+        self.arena, self.release = arena, release
 
     def forward(self, stored: torch.Tensor) -> torch.Tensor:
-        return self.arena.copy(stored)
+        copy = self.arena.copy(stored)
+        self.release(stored)
+        return copy
 
 
 def prepare_decode(model, cfg: FishConfig, rows: int) -> None:
@@ -152,25 +154,31 @@ def prepare_decode(model, cfg: FishConfig, rows: int) -> None:
 
 
 def load_reference_model(weights_dir: Path):
-    """The upstream model in eval mode with every checkpoint tensor loaded (strict) and kept in the
-    checkpoint's bf16; each parameter reads as an fp32 copy made at its use (into the arena).
+    """The upstream model in eval mode with every checkpoint tensor loaded (strict) as a bf16 view of
+    the memory-mapped shards; each parameter reads as an fp32 copy made at its use (into the arena),
+    after which the tensor's checkpoint pages are handed back.
 
-    The math is the full-fp32 model's (bf16 -> fp32 is exact), but resident weights are the bf16
-    checkpoint (9.1 GB for fish-s2-pro instead of 18 GB) plus one arena the size of the largest
-    tensor that the reads are copied into (`_Float32Arena`); reads
-    outside a module call (the tied output head `embeddings.weight`) upcast the same way.
+    The math is the full-fp32 model's (bf16 -> fp32 is exact), but the process never holds the
+    model: of the checkpoint, only the tensor being read (`loader.MappedCheckpoint`), plus one arena
+    the size of the largest tensor that the reads are copied into (`_Float32Arena`). Reads outside a
+    module call (the tied output head `embeddings.weight`) upcast and hand back the same way.
     """
+    from anetts.models.fish.loader import MappedCheckpoint
+
     cfg = read_config(weights_dir)
     args = model_args(cfg)
     with torch.device("meta"):  # no parameter memory: the checkpoint's tensors are assigned below
         model = s2_model_class()(args, tokenizer=SemanticIds(cfg))
-    state = {from_s2_key(k): v for k, v in load_state(weights_dir, DTYPE).items()}
+    checkpoint = MappedCheckpoint(weights_dir)
+    # a tensor stored in another dtype is converted once, in memory, as a load would (the S2 shards are bf16)
+    state = {from_s2_key(k): v if v.dtype == DTYPE else v.to(DTYPE) for k, v in checkpoint.tensors.items()}
     model.load_state_dict(state, strict=True, assign=True)
     prepare_decode(model, cfg, 1)
     arena = _Float32Arena(max(t.numel() for t in state.values() if t.is_floating_point()))
     for module in list(model.modules()):
         for name, _ in list(module.named_parameters(recurse=False)):
-            parametrize.register_parametrization(module, name, _ReadAsFloat32(arena), unsafe=True)
+            parametrize.register_parametrization(module, name, _ReadAsFloat32(arena, checkpoint.release), unsafe=True)
+    model.mapped_checkpoint = checkpoint  # the maps live as long as the model
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise RuntimeError(f"reference model: tensors left unloaded: {left}")
