@@ -1,5 +1,5 @@
 """The upstream reference on fish-tiny: strict load, deterministic decode, first logits equal to an
-independent float64 forward from the raw tensors (which a half-split RoPE fails), and the bf16-resident
+independent float64 forward from the raw tensors (which a half-split RoPE fails), and the memory-mapped bf16
 loading decoding exactly as the full-fp32 model with its reads copied into one reused fp32 arena, and
 the checkpoint never held: each read hands its memory-mapped pages back."""
 from __future__ import annotations
@@ -108,14 +108,14 @@ def test_adaptation_agrees_with_the_native_mlx_port(fish_tiny, fish_reference):
 
 
 def full_fp32_model(raw_state, cfg):
-    """The reference model as it was loaded before the bf16-resident one: upstream's S2 model with every
+    """The reference model as it was loaded before the bf16 one: upstream's S2 model with every
     checkpoint tensor loaded as fp32, `.float()` (18 GB of weights at fish-s2-pro)."""
     model = R.s2_model_class()(R.model_args(cfg), tokenizer=R.SemanticIds(cfg))
     model.load_state_dict({R.from_s2_key(k): v for k, v in raw_state.items()}, strict=True)
     return model.float().eval()
 
 
-def test_bf16_resident_model_decodes_exactly_as_the_full_fp32_one(fish_reference, raw_state):
+def test_mapped_bf16_model_decodes_exactly_as_the_full_fp32_one(fish_reference, raw_state):
     model, cfg, prompt, ref = fish_reference
     want = R.reference_decode(full_fp32_model(raw_state, cfg), cfg, prompt)
     # a longer decode first: the KV caches are sized anew per decode, so it leaves no trace in the bits
