@@ -67,3 +67,24 @@ def test_last_chunk_brings_the_final_norm(fish_tiny, fish_reference):
 def test_bad_range_is_refused(fish_tiny):
     with pytest.raises(ValueError, match=r"slow layer range \[3, 9\) is outside 0..4"):
         loader.load_slow_layers(fish_tiny, 3, 9)
+
+
+def test_mapped_checkpoint_views_equal_the_loaded_tensors_and_refuse_a_truncated_shard(fish_tiny, tmp_path):
+    """Every mapped view is the checkpoint's tensor to the bit; a shard cut short is refused when it is
+    mapped, naming the shard and the tensor that runs past its end (nothing is read off the end)."""
+    import shutil
+
+    mapped = loader.MappedCheckpoint(fish_tiny)
+    loaded = W.load_state(fish_tiny, dtype=torch.bfloat16)
+    assert set(mapped.tensors) == set(loaded)
+    assert all(torch.equal(mapped.tensors[n], t) for n, t in loaded.items())
+
+    bad = tmp_path / "weights"
+    shutil.copytree(fish_tiny, bad)
+    shard = W.shard_files(bad)[-1]
+    header, start = W.shard_header(bad / shard)
+    last = max(header, key=lambda n: header[n]["data_offsets"][1])
+    with open(bad / shard, "r+b") as fh:
+        fh.truncate(start + header[last]["data_offsets"][1] - 2)
+    with pytest.raises(W.WeightsError, match=f"{shard}: tensor {last} runs past the end of the file"):
+        loader.MappedCheckpoint(bad)

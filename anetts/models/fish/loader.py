@@ -7,9 +7,7 @@ those layers, never the whole model.
 """
 from __future__ import annotations
 
-import json
 import mmap
-import struct
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +16,7 @@ import torch
 
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.weights import (
-    SLOW_PREFIX, WeightsError, layer_tensors, read_config, read_index, shard_files, slow_layer_prefix,
+    SLOW_PREFIX, WeightsError, layer_tensors, read_config, read_index, shard_files, shard_header, slow_layer_prefix,
 )
 
 SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -92,14 +90,9 @@ class MappedCheckpoint:
         self._map_addresses: set[int] = set()
         for shard in shard_files(weights_dir):
             path = weights_dir / shard
-            if not path.is_file():
-                raise WeightsError(f"missing weight file: {path}")
-            with open(path, "rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                header = json.loads(fh.read(n))
-                # the map stays valid after the file is closed
+            header, data_start = shard_header(path)
+            with open(path, "rb") as fh:  # the map stays valid after the file is closed
                 mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            header.pop("__metadata__", None)
             for name, entry in header.items():
                 if wmap.get(name) != shard:
                     raise WeightsError(f"{path}: tensor {name} is not in the index under this shard")
@@ -107,11 +100,14 @@ class MappedCheckpoint:
                     raise WeightsError(f"{path}: tensor {name} has dtype {entry['dtype']}; "
                                        f"known: {sorted(SAFETENSORS_DTYPES)}")
                 dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-                begin, end = (8 + n + int(o) for o in entry["data_offsets"])
+                begin, end = (data_start + int(o) for o in entry["data_offsets"])
                 count = end - begin
                 shape = tuple(entry["shape"])
-                if count != dtype.itemsize * int(torch.Size(shape).numel()) or end > len(mapped):
+                if count != dtype.itemsize * int(torch.Size(shape).numel()):
                     raise WeightsError(f"{path}: tensor {name}'s offsets do not match its shape {shape}")
+                if end > len(mapped):
+                    raise WeightsError(f"{path}: tensor {name} runs past the end of the file "
+                                       f"({end} > {len(mapped)} bytes): a truncated shard")
                 with warnings.catch_warnings():  # read-only on purpose: a write would fault, not corrupt
                     warnings.filterwarnings("ignore", message="The given buffer is not writable")
                     t = torch.frombuffer(mapped, dtype=dtype, count=count // dtype.itemsize, offset=begin)

@@ -121,8 +121,9 @@ def shard_files(weights_dir: Path) -> list[str]:
     return sorted(set(read_index(weights_dir).values()))
 
 
-def _shard_header(path: Path) -> dict:
-    """The JSON header of a safetensors file (dtype, shape, offsets per tensor), without its data."""
+def shard_header(path: Path) -> tuple[dict, int]:
+    """The JSON header of a safetensors file (dtype, shape, offsets per tensor), without its data,
+    and the file offset its data starts at (the tensors' offsets count from there)."""
     if not path.is_file():
         raise WeightsError(f"missing weight file: {path}")
     with open(path, "rb") as fh:
@@ -137,7 +138,7 @@ def _shard_header(path: Path) -> dict:
         except json.JSONDecodeError as e:
             raise WeightsError(f"{path}: corrupt safetensors header ({e})") from e
     header.pop("__metadata__", None)
-    return header
+    return header, 8 + n
 
 
 def validate_weights_dir(weights_dir: Path, check_values: bool = True) -> FishConfig:
@@ -158,7 +159,7 @@ def validate_weights_dir(weights_dir: Path, check_values: bool = True) -> FishCo
             raise WeightsError(f"{weights_dir / INDEX_NAME}: unexpected tensor {name}")
     for shard in sorted(set(wmap.values())):
         path = weights_dir / shard
-        header = _shard_header(path)
+        header, _ = shard_header(path)
         for name in (n for n, s in wmap.items() if s == shard):
             if name not in header:
                 raise WeightsError(f"{path}: missing tensor {name} (the index places it in this shard)")
