@@ -36,6 +36,7 @@ from anetts.artifacts import atomic_outputs, tree_sha256
 from anetts.compile.inspect import (BlobFile, _resolve_blob_path, fp16_bytes, function_io, function_weights,
                                   load_spec, op_counts, package_files)
 from anetts.compile.reproducible import stabilize_package
+from anetts.compile.pipeline_trims import program_text_skipped, validated_once
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use
 
@@ -151,9 +152,10 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
     first = src_specs[default_function].description.metadata
 
     with atomic_outputs(out) as (tmp,):
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), validated_once() as validate_noted, program_text_skipped():
             warnings.simplefilter("ignore")
             ct.utils.save_multifunction(desc, str(tmp))
+            validate_noted()  # the merged program, once (it runs no passes, and was validated 108 times)
         _, spec_file, _ = package_files(tmp)
         spec = load_spec(tmp)
         md = spec.description.metadata

@@ -20,7 +20,6 @@ import logging
 import time
 import warnings
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -29,6 +28,7 @@ from anetts.compile.inspect import apply_lint_policy, inspect_package
 from anetts.compile.reproducible import stabilize_package
 from anetts.compile.rewrite import LinearRewrite
 from anetts.compile.stamp import package_stamp
+from anetts.compile.pipeline_trims import program_text_skipped, validated_once
 from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec, FunctionSpec, StateSpec
@@ -135,26 +135,6 @@ def _ct():
         warnings.simplefilter("ignore")
         import coremltools as ct
     return ct
-
-
-@contextmanager
-def validated_once():
-    """ct.convert with its MIL program validated once, after the last graph pass, not after each.
-
-    coremltools walks the whole program to validate it before each pass pipeline and after every
-    one of its ~110 passes (PassPipelineManager.apply_pipeline): 45 % of converting Kokoro's
-    generator at 3 s (19.5 -> 12.9 s with the one validation, on this project's 2-core box, the same sha256;
-    docs/startup.md). The caller validates the converted program with the `validate` yielded, so a
-    pass that leaves an invalid program still fails the conversion (naming the stage, not the pass).
-    """
-    from coremltools.converters.mil.mil.program import Program
-
-    validate = Program.validate
-    Program.validate = lambda self, check_essential_scope=False: None
-    try:
-        yield validate
-    finally:
-        Program.validate = validate
 
 
 def package_io(package: Path) -> dict:
@@ -267,12 +247,12 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     precision = fp32_ops.compute_precision(ct, options.precision)
     rewrite = LinearRewrite(options.linear_rewrite, where=f"{spec.stage}/{spec.bucket}")
     try:
-        with warnings.catch_warnings(), validated_once() as validate:
+        with warnings.catch_warnings(), validated_once() as validate_noted, program_text_skipped():
             warnings.simplefilter("ignore")
             mlmodel = ct.convert(traced, inputs=inputs, outputs=outputs, convert_to="mlprogram",
                                  compute_precision=precision, minimum_deployment_target=target,
                                  pass_pipeline=rewrite.pass_pipeline(), **({"states": states} if states else {}))
-            validate(mlmodel._mil_program)
+            validate_noted()
     except Exception as e:
         raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
     rewrite.check(mlmodel)  # a rewrite that matched nothing, or left a linear behind, is an error

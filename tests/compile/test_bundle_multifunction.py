@@ -112,3 +112,51 @@ def test_bundle_failures_leave_nothing(buckets, tmp_path, monkeypatch):
         bundle_packages(buckets, out, default_function="t16")
     assert (tmp_path / "marker").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["marker"]
+
+
+def test_bundling_validates_the_merged_program_once_and_an_invalid_one_fails(buckets, tmp_path, monkeypatch):
+    """save_multifunction runs no graph pass yet validates after each of them (108 times for Kokoro's
+    generator); bundling validates the merged program once, and a program that fails it leaves no bundle."""
+    from coremltools.converters.mil.mil.program import Program
+
+    validate, calls = Program.validate, []
+    monkeypatch.setattr(Program, "validate", lambda self, check_essential_scope=False: (calls.append(self),
+                                                                                          validate(self))[1])
+    bundle_packages(buckets, tmp_path / "ok.mlpackage", default_function="t16")
+    assert len(calls) == 1 and set(calls[0].functions) == set(buckets)
+
+    def invalid(self, check_essential_scope=False):
+        raise ValueError("var %x is not visible in block")
+
+    monkeypatch.setattr(Program, "validate", invalid)
+    with pytest.raises(ValueError, match="not visible"):
+        bundle_packages(buckets, tmp_path / "bad.mlpackage", default_function="t16")
+    assert not (tmp_path / "bad.mlpackage").exists()
+
+
+def test_program_text_is_rendered_only_for_debug_logging():
+    """coremltools formats the whole program into debug log lines at any log level; inside
+    program_text_skipped it renders as one line unless coremltools' logger is at DEBUG."""
+    import logging
+
+    from coremltools.converters.mil import Builder as mb
+
+    from anetts.compile.pipeline_trims import program_text_skipped
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4))])
+    def prog(x):
+        return mb.relu(x=x, name="y")
+
+    full = str(prog)
+    assert "relu" in full
+    with program_text_skipped():
+        assert str(prog) == "<MIL program main: text not rendered, coremltools' logger is not at DEBUG>"
+    assert str(prog) == full  # restored on exit
+    logger = logging.getLogger("coremltools")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        with program_text_skipped():
+            assert str(prog) == full
+    finally:
+        logger.setLevel(level)
