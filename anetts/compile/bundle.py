@@ -152,10 +152,14 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
     first = src_specs[default_function].description.metadata
 
     with atomic_outputs(out) as (tmp,):
-        with warnings.catch_warnings(), validated_once() as validate_noted, program_text_skipped():
-            warnings.simplefilter("ignore")
-            ct.utils.save_multifunction(desc, str(tmp))
-            validate_noted()  # the merged program, once (it runs no passes, and was validated 108 times)
+        try:
+            with warnings.catch_warnings(), validated_once() as validate_noted, program_text_skipped():
+                warnings.simplefilter("ignore")
+                ct.utils.save_multifunction(desc, str(tmp))
+                validate_noted()  # the merged program, once (it runs no passes, and was validated 108 times)
+        except Exception as e:
+            raise BundleError(f"coremltools failed to bundle {sorted(packages)} into {Path(out).name}: "
+                              f"{type(e).__name__}: {e}") from e
         _, spec_file, _ = package_files(tmp)
         spec = load_spec(tmp)
         md = spec.description.metadata

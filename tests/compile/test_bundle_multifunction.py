@@ -108,7 +108,7 @@ def test_bundle_failures_leave_nothing(buckets, tmp_path, monkeypatch):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(ct.utils, "save_multifunction", broken)
-    with pytest.raises(RuntimeError, match="disk full"):
+    with pytest.raises(BundleError, match=r"failed to bundle \['t16', 't40'\] into b.mlpackage: RuntimeError: disk full"):
         bundle_packages(buckets, out, default_function="t16")
     assert (tmp_path / "marker").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["marker"]
@@ -129,7 +129,7 @@ def test_bundling_validates_the_merged_program_once_and_an_invalid_one_fails(buc
         raise ValueError("var %x is not visible in block")
 
     monkeypatch.setattr(Program, "validate", invalid)
-    with pytest.raises(ValueError, match="not visible"):
+    with pytest.raises(BundleError, match="bad.mlpackage: ValueError: var %x is not visible"):
         bundle_packages(buckets, tmp_path / "bad.mlpackage", default_function="t16")
     assert not (tmp_path / "bad.mlpackage").exists()
 
