@@ -35,8 +35,8 @@ from pathlib import Path
 from anetts.artifacts import atomic_outputs, tree_sha256
 from anetts.compile.inspect import (BlobFile, _resolve_blob_path, fp16_bytes, function_io, function_weights,
                                   load_spec, op_counts, package_files)
-from anetts.compile.reproducible import stabilize_package
 from anetts.compile.pipeline_trims import program_text_skipped, validated_once
+from anetts.compile.reproducible import stabilize_package
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use
 

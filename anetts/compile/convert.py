@@ -25,10 +25,10 @@ from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
 from anetts.compile.inspect import apply_lint_policy, inspect_package
+from anetts.compile.pipeline_trims import program_text_skipped, validated_once
 from anetts.compile.reproducible import stabilize_package
 from anetts.compile.rewrite import LinearRewrite
 from anetts.compile.stamp import package_stamp
-from anetts.compile.pipeline_trims import program_text_skipped, validated_once
 from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
 from anetts.stage import DTYPES, BucketSpec, FunctionSpec, StateSpec

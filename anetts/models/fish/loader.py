@@ -16,10 +16,10 @@ import torch
 
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.weights import (
-    SLOW_PREFIX, WeightsError, layer_tensors, read_config, read_index, shard_files, shard_header, slow_layer_prefix,
+    DTYPE, SAFETENSORS_DTYPE, SLOW_PREFIX, WeightsError, layer_tensors, read_config, read_index, shard_files,
+    shard_header, slow_layer_prefix,
 )
 
-SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 # Linux's default fault_around_bytes: a read fault on a file map also maps the page-cached pages of
 # the aligned window of this size around it (a multiple of every page size in use)
 FAULT_AROUND_BYTES = 64 << 10
@@ -71,7 +71,7 @@ def load_slow_layers(weights_dir: Path, start: int, stop: int, dtype: torch.dtyp
 
 
 class MappedCheckpoint:
-    """Every checkpoint tensor as a view of its shard's read-only memory map, and `release` to hand
+    """Every checkpoint tensor (bf16) as a view of its shard's read-only memory map, and `release` to hand
     a tensor's pages back once it has been read.
 
     A view holds no memory until it is read. The pages a read touches count in the process's RSS
@@ -96,21 +96,18 @@ class MappedCheckpoint:
             for name, entry in header.items():
                 if wmap.get(name) != shard:
                     raise WeightsError(f"{path}: tensor {name} is not in the index under this shard")
-                if entry["dtype"] not in SAFETENSORS_DTYPES:
-                    raise WeightsError(f"{path}: tensor {name} has dtype {entry['dtype']}; "
-                                       f"known: {sorted(SAFETENSORS_DTYPES)}")
-                dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+                if entry["dtype"] != SAFETENSORS_DTYPE:  # what validate_weights_dir admits
+                    raise WeightsError(f"{path}: tensor {name} has dtype {entry['dtype']}, expected {SAFETENSORS_DTYPE}")
                 begin, end = (data_start + int(o) for o in entry["data_offsets"])
-                count = end - begin
                 shape = tuple(entry["shape"])
-                if count != dtype.itemsize * int(torch.Size(shape).numel()):
+                if end - begin != DTYPE.itemsize * int(torch.Size(shape).numel()):
                     raise WeightsError(f"{path}: tensor {name}'s offsets do not match its shape {shape}")
                 if end > len(mapped):
                     raise WeightsError(f"{path}: tensor {name} runs past the end of the file "
                                        f"({end} > {len(mapped)} bytes): a truncated shard")
                 with warnings.catch_warnings():  # read-only on purpose: a write would fault, not corrupt
                     warnings.filterwarnings("ignore", message="The given buffer is not writable")
-                    t = torch.frombuffer(mapped, dtype=dtype, count=count // dtype.itemsize, offset=begin)
+                    t = torch.frombuffer(mapped, dtype=DTYPE, count=(end - begin) // DTYPE.itemsize, offset=begin)
                 self.tensors[name] = t.view(shape)
                 self._regions[t.data_ptr()] = (mapped, begin, end)
                 self._map_addresses.add(t.data_ptr() - begin)

@@ -31,7 +31,7 @@ from torch.nn.utils import parametrize
 
 from anetts.models.fish import tokenizer as tok
 from anetts.models.fish.config import FishConfig
-from anetts.models.fish.weights import DTYPE, FAST_PREFIX, SLOW_PREFIX, read_config
+from anetts.models.fish.weights import FAST_PREFIX, SLOW_PREFIX, read_config
 
 REFERENCE_FRAMES = 16
 # Residual codebooks of the S2 codec hold 1024 entries, a quarter of the semantic 4096;
@@ -170,8 +170,7 @@ def load_reference_model(weights_dir: Path):
     with torch.device("meta"):  # no parameter memory: the checkpoint's tensors are assigned below
         model = s2_model_class()(args, tokenizer=SemanticIds(cfg))
     checkpoint = MappedCheckpoint(weights_dir)
-    # a tensor stored in another dtype is converted once, in memory, as a load would (the S2 shards are bf16)
-    state = {from_s2_key(k): v if v.dtype == DTYPE else v.to(DTYPE) for k, v in checkpoint.tensors.items()}
+    state = {from_s2_key(k): v for k, v in checkpoint.tensors.items()}
     model.load_state_dict(state, strict=True, assign=True)
     prepare_decode(model, cfg, 1)
     arena = _Float32Arena(max(t.numel() for t in state.values() if t.is_floating_point()))
