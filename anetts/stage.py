@@ -163,6 +163,11 @@ class Stage(ABC):
         """Outputs that are logits: their top-1 agreement with upstream is gated (Gate.min_top1)."""
         return ()
 
+    def uncompressed_weights(self) -> tuple[str, ...]:
+        """Weights (the module's parameter names, which the package's consts keep) that no compressed
+        variant may compress: they stay at the stage's precision (`anetts.compile.compress`)."""
+        return ()
+
     # -- a stateless stage: one function at one bucket, one call on example inputs (from the
     # family's shared reference run when its declaration says `uses_reference`)
     def bucket_name(self, size: int) -> str:

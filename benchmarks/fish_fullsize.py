@@ -1,8 +1,8 @@
 """Fish S2 Pro at full size: the AR stages built chunk by chunk, each job in its own process.
 
 For a weights directory (default: the synthetic `fish-s2-pro` preset, written here), every
-stage is one job: each slow chunk, the restricted LM head and the fast AR load only their own
-tensors, trace, convert to an fp16 stateful package (macOS15; slow chunks `prefill` + `decode`)
+stage is one job: each slow chunk (the last with the restricted LM head) and the fast AR load only
+their own tensors, trace, convert to an fp16 stateful package (macOS15; slow chunks `prefill` + `decode`)
 with `compile_module`, and record wall seconds, peak RSS (ru_maxrss of that job's process, read
 by the parent with wait4), package bytes and weight bytes. Optional: a MIL-executor parity job
 for one chunk (a prompt prefill, then a few decode positions, against its eager module).
@@ -158,11 +158,8 @@ def _chunk_index(job: str) -> int:
 
 def _stage(cfg, job: str, prefill: int, chunks: int):
     from anetts.models.fish.stages.fast_ar import FastARStage
-    from anetts.models.fish.stages.lm_head import LMHeadStage
     from anetts.models.fish.stages.slow_chunk import SlowChunkStage
 
-    if job == "lm_head":
-        return LMHeadStage(cfg)
     if job == "fast_ar":
         return FastARStage(cfg)
     return SlowChunkStage(cfg, _chunk_index(job), chunks, prefill)
@@ -313,18 +310,16 @@ def estimate(cfg, job: str, context: int, chunks: int, same_fs: bool = True) -> 
     """Rough fp32 working set (model + eager copy + trace + TorchScript reload + MIL consts)
     and disk (two fp32 TorchScript files, two fp16 packages, the bundle and coremltools'
     temporary copies) of a job, for scheduling only."""
-    from anetts.models.fish.stages.lm_head import restricted_ids
+    from anetts.models.fish.frame_cost import head_bytes
 
     s, f = cfg.slow, cfg.fast
     if job.startswith("slow_chunk") or job.startswith("parity_slow_chunk"):
         from anetts.models.fish.stages.slow_chunk import chunk_bounds
 
         a, b = chunk_bounds(s.n_layer, chunks)[_chunk_index(job)]
-        w16 = (b - a) * layer_bytes(s)
+        w16 = (b - a) * layer_bytes(s) + (head_bytes(cfg) if b == s.n_layer else 0)  # the last holds the head
     elif job == "fast_ar":
         w16 = f.n_layer * layer_bytes(f) + 2 * cfg.codebook_size * f.dim * FP16
-    elif job == "lm_head":
-        w16 = len(restricted_ids(cfg)) * s.dim * FP16
     else:  # synth
         return {"rss": 0, "disk": 0}
     if job.startswith("parity_"):
@@ -344,7 +339,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunks", type=int, help="slow chunks (default: fewest below the macOS ~2 GB file guidance)")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--prefill", type=int, default=16)
-    p.add_argument("--only", help="comma-separated jobs to run (slow_chunk<k>, lm_head, fast_ar); default all")
+    p.add_argument("--only", help="comma-separated jobs to run (slow_chunk<k>, fast_ar); default all")
     p.add_argument("--parity", action="store_true", help="also the MIL-executor parity job of the first chunk")
     p.add_argument("--parity-decode", type=int, default=4, help="decode positions after the prompt prefill")
     p.add_argument("--parallel", type=int, default=1, help="jobs at a time")
@@ -419,7 +414,7 @@ def main(argv=None) -> int:
         if result["jobs"]["synth"]["rc"] != 0:
             print(result["jobs"]["synth"]["log_tail"])
             return 1
-    from anetts.models.fish.stages.lm_head import LMHeadStage
+    from anetts.models.fish.frame_cost import head_bytes
     from anetts.models.fish.stages.slow_chunk import chunk_bounds, chunk_stage_name
     from anetts.models.fish.weights import read_config
 
@@ -435,7 +430,7 @@ def main(argv=None) -> int:
         "layers_per_chunk_macos": int(MACOS_FILE_BYTES // layer_bytes(cfg.slow)),
         "layers_per_chunk_ios": int(IOS_FILE_BYTES // layer_bytes(cfg.slow)),
         "chunks_for_macos_gib": chunks_for(cfg, 2 * 2**30), "chunks_for_ios_gib": chunks_for(cfg, 2**30)}
-    jobs = [chunk_stage_name(k) for k in range(n)] + ["fast_ar", "lm_head"]
+    jobs = [chunk_stage_name(k) for k in range(n)] + ["fast_ar"]
     if a.only:
         jobs = [j for j in jobs if j in a.only.split(",")]
         missing = set(a.only.split(",")) - set(jobs)
@@ -522,9 +517,9 @@ def main(argv=None) -> int:
     # per-frame bytes
     built = result["jobs"]
     slow_jobs = [chunk_stage_name(k) for k in range(n)]
-    if all(built.get(j, {}).get("rc") == 0 for j in [*slow_jobs, "fast_ar", "lm_head"]):
-        slow = sum(built[j]["weight_bytes_read_per_call"] for j in slow_jobs)
-        head = built["lm_head"]["weight_bytes_read_per_call"]
+    if all(built.get(j, {}).get("rc") == 0 for j in [*slow_jobs, "fast_ar"]):
+        head = head_bytes(cfg)  # in the last chunk's package
+        slow = sum(built[j]["weight_bytes_read_per_call"] for j in slow_jobs) - head
         fast = built["fast_ar"]["weight_bytes_read_per_call"]
         kv_slow = kv_bytes(cfg.slow, a.context)
         kv_fast = kv_bytes(cfg.fast, cfg.num_codebooks)
@@ -532,7 +527,7 @@ def main(argv=None) -> int:
         bw = a.bandwidth_gbs * GB
         result["per_frame"] = {
             "slow_weight_bytes": slow, "restricted_head_bytes": head,
-            "full_head_bytes": LMHeadStage(cfg).bytes_per_token()["full_bytes"],
+            "full_head_bytes": cfg.slow.vocab_size * cfg.slow.dim * FP16,
             "fast_weight_bytes_per_call": fast, "fast_calls": cfg.num_codebooks,
             "weight_bytes": weights_frame,
             "kv_read_bytes_at_context": kv_slow + cfg.num_codebooks * kv_fast,
@@ -543,7 +538,7 @@ def main(argv=None) -> int:
             "projected_ms_weights_and_kv": round((weights_frame + kv_slow + cfg.num_codebooks * kv_fast) / bw * 1e3, 2),
             "frame_audio_ms": round(FRAME_MS, 2),
             "projection": "bytes / bandwidth: a lower bound for a memory-bound decode at the stated bandwidth "
-                          "(M2 Max, 400 GB/s), not a measurement; compute, dispatch and the 11 calls' overheads "
+                          "(M2 Max, 400 GB/s), not a measurement; compute, dispatch and the 10 calls' overheads "
                           "are not counted"}
         for lim, key in ((MACOS_FILE_BYTES, "macos"), (IOS_FILE_BYTES, "ios")):
             result[f"packages_over_{key}_limit"] = [j for j in built if built[j].get("package_bytes", 0) > lim]

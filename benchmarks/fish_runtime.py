@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from anetts.models.fish.frame_cost import EFFECTIVE, FP16, FRAME_MS, frame_bytes, projection  # noqa: E402
+from anetts.models.fish.frame_cost import EFFECTIVE, FP16, FRAME_MS, frame_bytes, head_bytes, projection  # noqa: E402
 
 
 def config_bytes(cfg) -> dict:
@@ -43,8 +43,8 @@ def artifact_bytes(model_dir: Path, cfg) -> dict:
     def weights(p):
         return sum(f.stat().st_size for f in (model_dir / p["path"]).rglob("weight.bin"))
 
-    slow = sum(weights(p) for p in m["packages"] if p["stage"].startswith("slow_chunk"))
-    head = sum(weights(p) for p in m["packages"] if p["stage"] == "lm_head")
+    head = head_bytes(cfg)  # the restricted head, fp16 in the last slow chunk's package
+    slow = sum(weights(p) for p in m["packages"] if p["stage"].startswith("slow_chunk")) - head
     fast = sum(weights(p) for p in m["packages"] if p["stage"] == "fast_ar") - cfg.codebook_size * cfg.fast.dim * FP16
     return {"slow_chunks": slow, "lm_head": head, "fast_ar_x10": cfg.num_codebooks * fast}
 

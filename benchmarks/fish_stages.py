@@ -26,13 +26,13 @@ from anetts.models.fish import reference as R  # noqa: E402
 from anetts.compile.scenario_export import compile_module as export_stage  # noqa: E402
 from anetts.models.fish.stages.chain import package_bytes, play_mil  # noqa: E402
 from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
-from anetts.models.fish.stages.lm_head import LMHeadStage  # noqa: E402
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage  # noqa: E402
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer  # noqa: E402
 from anetts.weights import materialize_weights  # noqa: E402
 from anetts.options import ConvertOptions, Gate  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.verify.metrics import top1_agreement  # noqa: E402
+from anetts.verify.parity import _valid  # noqa: E402
 from anetts.verify.scenario import per_call_db, record_eager, run_scenario  # noqa: E402
 
 
@@ -55,10 +55,16 @@ def scenario_figures(name, package, module, scenario, gate, logits=False, pertur
            "per_call_db": per_call_db(report), "passed": report["passed"],
            "mil_seconds": report["backends"]["mil"]["seconds"], "eager_seconds": round(eager_s, 3)}
     if logits:
-        keys = [scenario.functions[c.function].outputs[0].name for c in scenario.calls]  # each call's logits
+        # each call's logits: the named output (its valid rows), else each call's first output
+        keys = [logits if isinstance(logits, str) else scenario.functions[c.function].outputs[0].name
+                for c in scenario.calls]
         played = play_mil(package, scenario)
-        got = [o[k].reshape(-1, o[k].shape[-1]) for o, k in zip(played, keys)]
-        want = [r[k].reshape(-1, r[k].shape[-1]) for r, k in zip(ref, keys)]
+
+        def rows(out, k, call):
+            return _valid(np.asarray(out[k]), call.valid.get(k)).reshape(-1, out[k].shape[-1])
+
+        got = [rows(o, k, c) for o, k, c in zip(played, keys, scenario.calls)]
+        want = [rows(r, k, c) for r, k, c in zip(ref, keys, scenario.calls)]
         out["top1"] = top1_agreement(np.concatenate(want), np.concatenate(got))
         out["top1_mismatch_calls"] = [i for i, (w, g) in enumerate(zip(want, got)) if (w.argmax(-1) != g.argmax(-1)).any()]
         if any("code" in c.inputs and "pos" in c.inputs for c in scenario.calls):
@@ -107,9 +113,9 @@ def main(argv=None) -> int:
                   "reference_seconds": round(time.perf_counter() - t0, 3), "stages": {}}
         print(f"reference: {T}-token prompt + {a.frames} frames in {result['reference_seconds']} s")
         chunks = [SlowChunkStage(cfg, k, a.chunks, a.prefill, lowering=a.rms_lowering) for k in range(a.chunks)]
-        head, fast = LMHeadStage(cfg), FastARStage(cfg, lowering=a.rms_lowering)
+        fast = FastARStage(cfg, lowering=a.rms_lowering)
         pkgs = {}
-        jobs = [(st, st.functions(a.context), st.load(w, a.context)) for st in [*chunks, head, fast]]
+        jobs = [(st, st.functions(a.context), st.load(w, a.context)) for st in [*chunks, fast]]
         for st, fns, m in jobs:
             module = st.build(m)
             pkg, reports = export_stage(module, fns, tmp / "pkg", options, meta, st.name)
@@ -125,12 +131,10 @@ def main(argv=None) -> int:
                 n_layer = cfg.slow.n_layer
                 hin = np.concatenate([ref["prefill_layer_hidden"][st.start], ref["decode_layer_hidden"][:, st.start]])
                 sc = st.teacher_forced(hin, T, a.context)
-                fig |= scenario_figures(st.name, pkg, module, sc, gate, perturbed_package=bad)
+                # the last chunk's head: top-1 over its logits' valid rows
+                fig |= scenario_figures(st.name, pkg, module, sc, gate, "logits" if st.final else False, bad)
                 fig["layers"] = [st.start, st.stop]
                 fig["final_norm"] = st.stop == n_layer
-            elif st is head:
-                fig |= scenario_figures("lm_head", pkg, module, head.teacher_forced(ref["slow_hidden"]), gate, True, bad)
-                fig["bytes_per_token"] = head.bytes_per_token()
             else:
                 fig |= scenario_figures("fast_ar", pkg, module, fast.teacher_forced(ref["slow_hidden"], ref["codes"]),
                                         gate, True, bad)
@@ -143,8 +147,7 @@ def main(argv=None) -> int:
         (tmp / "assets").mkdir()
         write_runtime_assets(w, tmp / "assets")
         composed = {f"slow_chunk{i}": pkgs[st.name] for i, st in enumerate(chunks)}
-        decoder = compiled_decoder(composed, pkgs["lm_head"], pkgs["fast_ar"], InputEmbedding.from_dir(tmp / "assets"),
-                                   a.prefill)
+        decoder = compiled_decoder(composed, pkgs["fast_ar"], InputEmbedding.from_dir(tmp / "assets"), a.prefill)
         chain = decode_against(decoder, ref, a.frames, follow=False)
         chain["wall_seconds"] = round(time.perf_counter() - t0, 3)
         result["chain"] = chain

@@ -183,9 +183,9 @@ def test_exclude_op_names_keep_that_weight_and_name_a_miss(built_workflow):
         return [o.name for op in ops(model) if op.type.startswith("constexpr_") for o in op.outputs]
 
     base = _ct().models.MLModel(str(pkg), skip_model_load=True)
-    all_in, _ = compress_model(pkg, resolve_settings({"mode": "linear"}, "variants.v"), "variants.v")
+    all_in, _, _ = compress_model(pkg, resolve_settings({"mode": "linear"}, "variants.v"), "variants.v")
     # a weight the defaults compress (coremltools names its constexpr `<const>_<suffix>`)
     name = sorted(n for n in const_names(base) - const_names(all_in)
                   if any(c.startswith(n + "_") for c in constexprs(all_in)))[0]
-    kept, _ = compress_model(pkg, resolve_settings({"mode": "linear", "exclude_op_names": [name]}, "v"), "v")
+    kept, _, _ = compress_model(pkg, resolve_settings({"mode": "linear", "exclude_op_names": [name]}, "v"), "v")
     assert name in const_names(kept) and len(constexprs(kept)) == len(constexprs(all_in)) - 1

@@ -1,4 +1,6 @@
+import json
 import sys
+from pathlib import Path
 
 sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
@@ -10,6 +12,8 @@ from anetts.verify.parity import score_export
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 gate = Gate.make(**p.gate)
+# weights the stage keeps at its precision in every variant (Stage.uncompressed_weights)
+uncompressed = json.loads(Path(inp.export_report).read_text(encoding="utf-8")).get("uncompressed_weights", [])
 
 
 def score(package):
@@ -19,7 +23,7 @@ def score(package):
 try:
     compress_and_gate(snakemake.wildcards.stage, inp.base_package, inp.base_report, dict(p.settings), gate, score,
                       out.package, out.report, out.parity, snakemake.wildcards.variant,
-                      default_gate=Gate.make(**p.default_gate))
+                      default_gate=Gate.make(**p.default_gate), uncompressed=uncompressed)
 except Exception as e:
     log.error("%s", e)  # the measured numbers in the job's own log, not only in Snakemake's output
     raise

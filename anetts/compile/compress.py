@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from anetts.artifacts import atomic_outputs, clear_outputs, failed_report_path, tree_sha256, write_json
 from anetts.compile.inspect import program_ops
@@ -137,6 +137,18 @@ def _op_names(spec) -> set[str]:
     return names
 
 
+def _kept_consts(spec, uncompressed, where: str, package: Path) -> dict[str, list[str]]:
+    """The consts of each weight a stage keeps uncompressed (`Stage.uncompressed_weights`): named
+    after its parameter (conversion appends `_to_fp16`, the linear rewrite `_conv_<op>`)."""
+    consts = {o.name for _, op in program_ops(spec) if op.type == "const" for o in op.outputs}
+    kept = {w: sorted(n for n in consts if n == w or n.startswith(f"{w}_")) for w in uncompressed}
+    missing = [w for w, names in kept.items() if not names]
+    if missing:
+        raise CompressionError(f"{where}: the stage keeps weights {missing} uncompressed (its export report's "
+                               f"uncompressed_weights), but no const of {package} is named after them")
+    return kept
+
+
 def _weight_bytes(package: Path) -> int:
     return sum(p.stat().st_size for p in (Path(package) / "Data").rglob("weights/*") if p.is_file())
 
@@ -202,8 +214,9 @@ def _check_skipped(messages: list[str], settings: dict, where: str, package: Pat
                            f"{package}, which would stay uncompressed; coremltools: {messages[0]}")
 
 
-def compress_model(base_package: Path, settings: dict, where: str):
-    """The compressed MLModel (not saved) and the constexpr op counts it gained."""
+def compress_model(base_package: Path, settings: dict, where: str, uncompressed: Sequence[str] = ()):
+    """The compressed MLModel (not saved), the constexpr op counts it gained, and the consts left
+    uncompressed because the stage keeps those weights (`uncompressed`: parameter names)."""
     ct = _ct()
     from coremltools.optimize import coreml as cto
 
@@ -218,9 +231,10 @@ def compress_model(base_package: Path, settings: dict, where: str):
     unknown = sorted(set(names) - _op_names(spec)) if names else []
     if unknown:
         raise CompressionError(f"{where}.exclude_op_names: {unknown} name no op or weight of {base_package}")
+    kept = _kept_consts(spec, uncompressed, where, Path(base_package))
     config = cto.OptimizationConfig(global_config=op_config(settings),
                                     op_type_configs={t: None for t in settings["exclude_op_types"]} or None,
-                                    op_name_configs={n: None for n in names} or None)
+                                    op_name_configs={n: None for n in [*names, *sum(kept.values(), [])]} or None)
     fn = cto.linear_quantize_weights if settings["mode"] == "linear" else cto.palettize_weights
     skipped = _SkippedWeights()
     ct_log = logging.getLogger("coremltools")
@@ -249,15 +263,15 @@ def compress_model(base_package: Path, settings: dict, where: str):
     out.user_defined_metadata.update({"anetts.variant": settings.get("variant", ""),
                                       "anetts.compression": json.dumps({k: v for k, v in settings.items() if k != "variant"},
                                                                        sort_keys=True)})
-    return out, gained
+    return out, gained, kept
 
 
 def compress_and_gate(stage: str, base_package: Path, base_report: Path, settings: dict, gate,
                       score: Callable[[Path], dict], out_package: Path, out_report: Path, out_parity: Path,
-                      variant: str, default_gate=None) -> dict:
+                      variant: str, default_gate=None, uncompressed: Sequence[str] = ()) -> dict:
     """Compress one package, score it with `score` (`anetts.verify.parity.score_export` of the
     package's export), and keep
-    it only if it passes `gate`.
+    it only if it passes `gate`. `uncompressed`: weights the stage keeps at its precision.
 
     Writes `out_package`, `out_report` (the base convert report's keys, so the manifest writer
     reads it unchanged, plus a `compression` block) and `out_parity`. On a failed gate nothing of
@@ -271,7 +285,7 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
     base = json.loads(Path(base_report).read_text(encoding="utf-8"))
     check_target(settings, base["deployment_target"], where, stage)
     t0 = time.perf_counter()
-    mlmodel, gained = compress_model(base_package, {**settings, "variant": variant}, where)
+    mlmodel, gained, kept = compress_model(base_package, {**settings, "variant": variant}, where, uncompressed)
     t1 = time.perf_counter()
     with atomic_outputs(*outs) as (tmp_pkg, tmp_report, tmp_parity):
         mlmodel.save(str(tmp_pkg))
@@ -297,7 +311,7 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
             "bytes": nbytes,
             "weight_bytes": wbytes,
             "compression": {
-                "variant": variant, "settings": settings, "constexpr_ops": gained,
+                "variant": variant, "settings": settings, "constexpr_ops": gained, "uncompressed_weights": kept,
                 "base_package": str(base_package), **{k: sizes[k] for k in ("base_bytes", "base_weight_bytes",
                                                                             "size_ratio", "weight_ratio")},
             },

@@ -156,8 +156,12 @@ def _rewrite_one(op, block, nd: int, mb, is_symbolic) -> str | None:
     name = op.name
     out_var = op.outputs[0]
 
+    # the reshaped weight keeps the linear weight's name as its prefix, so settings that name a
+    # weight (a variant's exclude_op_names, a stage's uncompressed_weights) still find it
+    weight = mb.const(val=wconv, name=f"{op.weight.name}_conv_{name}", before_op=op)
+
     def conv(v, final_name=None):
-        kw = dict(x=v, weight=wconv, **conv_kw, before_op=op)
+        kw = dict(x=v, weight=weight, **conv_kw, before_op=op)
         if b is not None:
             kw["bias"] = b
         if final_name:

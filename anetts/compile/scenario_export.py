@@ -30,6 +30,7 @@ from anetts.families import declaration
 from anetts.provenance import provenance
 from anetts.stage import Family
 from anetts.verify.metrics import compare, logit_rows, top1_agreement
+from anetts.verify.parity import _valid
 from anetts.verify.scenario import record_eager
 
 log = logging.getLogger(__name__)
@@ -130,10 +131,7 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
     for i, (e, u) in enumerate(zip(eager, upstream)):
         valid = scenario.calls[i].valid
         for name, want in u.items():
-            got, ref = e[name], want
-            if valid.get(name):
-                axis, n = valid[name]
-                got, ref = np.take(got, np.arange(n), axis=axis), np.take(ref, np.arange(n), axis=axis)
+            got, ref = _valid(e[name], valid.get(name)), _valid(want, valid.get(name))
             db = compare(ref, got)["snr_db"]
             worst[name] = min(worst.get(name, np.inf), db)
             per_output.setdefault(name, []).append(round(float(db), 2))
@@ -142,9 +140,11 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
         raise ExportError(f"{stage_name}/{stage.name}: the eager wrapper differs from upstream (worst dB per output "
                           f"{ {k: round(float(v), 1) for k, v in bad.items()} }, need >= {EAGER_MIN_DB})")
     top1 = {}
-    for name in stage.logits_outputs():
+    for name in stage.logits_outputs():  # over each call's valid rows (a padded prefill block's are not)
         calls = [i for i, u in enumerate(upstream) if name in u]
-        top1[name] = top1_agreement(logit_rows(upstream[i][name] for i in calls), logit_rows(eager[i][name] for i in calls))
+        regions = [scenario.calls[i].valid.get(name) for i in calls]
+        top1[name] = top1_agreement(logit_rows(_valid(upstream[i][name], r) for i, r in zip(calls, regions)),
+                                    logit_rows(_valid(eager[i][name], r) for i, r in zip(calls, regions)))
 
     expected = [{**{k: v for k, v in e.items() if k.startswith("state/")}, **u} for e, u in zip(eager, upstream)]
     first_call = {}
@@ -173,6 +173,7 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
         "calls_per_function": {f.name: sum(c.function == f.name for c in scenario.calls) for f in functions},
         "positions_checked": [min(positions), max(positions)],
         "logits_outputs": list(stage.logits_outputs()),
+        "uncompressed_weights": list(stage.uncompressed_weights()),
         "eager_vs_upstream": {"min_snr_db": {k: round(float(v), 2) for k, v in worst.items()},
                               "per_call_db": per_output, "top1": top1, "gate_db": EAGER_MIN_DB},
         "trace_vs_eager": trace_errors,

@@ -17,7 +17,7 @@ import numpy as np
 from anetts.options import Gate
 from anetts.provenance import provenance
 from anetts.verify.metrics import logit_rows, top1_agreement
-from anetts.verify.parity import write_verdict
+from anetts.verify.parity import _valid, write_verdict
 from anetts.verify.scenario import load_scenario, run_scenario
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,14 @@ def run_scenario_parity(package: Path, scenario_npz: Path, export_report: Path, 
             continue
         kept = b.pop("_outputs", {})
         b["top1"] = {}
-        for out in logits:
+        for out in logits:  # over each call's valid rows (a padded prefill block's are not)
             calls = [i for i, _ in kept[out]]
-            want = logit_rows(expected[i][out] for i in calls)
-            got = logit_rows(v for _, v in kept[out])
-            call_of_row = np.repeat(calls, [np.asarray(v).size // want.shape[-1] for _, v in kept[out]])
+            regions = [scenario.calls[i].valid.get(out) for i in calls]
+            want_calls = [_valid(np.asarray(expected[i][out]), r) for i, r in zip(calls, regions)]
+            got_calls = [_valid(np.asarray(v).reshape(np.shape(expected[i][out])), r)
+                         for (i, v), r in zip(kept[out], regions)]
+            want, got = logit_rows(want_calls), logit_rows(got_calls)
+            call_of_row = np.repeat(calls, [c.size // want.shape[-1] for c in want_calls])
             agree = top1_agreement(want, got)
             b["top1"][out] = {"agreement": agree, "positions": len(want), "mismatch_calls": sorted(
                 {int(call_of_row[r]) for r in np.flatnonzero(want.argmax(-1) != got.argmax(-1))})}

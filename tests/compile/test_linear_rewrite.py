@@ -95,6 +95,24 @@ def test_conv_layout(packages, variant, rank):
 
 
 @pytest.mark.parametrize("variant", ["conv1d", "conv2d"])
+def test_conv_weights_keep_the_linear_weights_names(packages, variant):
+    """Each conv's weight const is named after the linear's weight (what a variant's exclude_op_names
+    or a stage's uncompressed_weights names), as the unrewritten program's are."""
+    import coremltools as ct
+
+    def weight_names(package, op_type):
+        spec = ct.utils.load_spec(str(package))
+        fn = spec.mlProgram.functions["main"]
+        ops = fn.block_specializations[fn.opset].operations
+        return sorted(op.inputs["weight"].arguments[0].name for op in ops if op.type == op_type)
+
+    base = weight_names(packages[0]["none"], "linear")
+    conv = weight_names(packages[0][variant], "conv")
+    assert len(conv) == N_LINEAR and len(base) == N_LINEAR
+    assert all(any(c.startswith(b.removesuffix("_to_fp16") + "_conv_") for c in conv) for b in base), (base, conv)
+
+
+@pytest.mark.parametrize("variant", ["conv1d", "conv2d"])
 def test_rewritten_program_computes_the_same(packages, variant, load_program, model):
     pkgs, _ = packages
     ex = _example()

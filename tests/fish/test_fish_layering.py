@@ -1,5 +1,5 @@
 """Opening a Fish build for a runtime backend imports no torch and no build module (issue #22):
-the runtime's one numpy line of the restricted head comes from the config, not stages/lm_head.py."""
+the runtime's row ids of the restricted head come from the config, not stages/lm_head.py."""
 from __future__ import annotations
 
 import sys

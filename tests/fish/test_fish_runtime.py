@@ -369,7 +369,7 @@ def test_bench_times_a_fish_build_per_stage_and_per_frame(model_dir, tmp_path, c
         want |= {f"{stage}/{bucket}" + (f":{fn}" if fn else "") for fn in fns}
     assert set(rows) == want
     assert all(rows[k]["stateful"] for k in want if k.startswith(("slow_chunk", "fast_ar")))
-    assert not any(rows[k]["stateful"] for k in want if k.startswith(("lm_head", "codec")))
+    assert not any(rows[k]["stateful"] for k in want if k.startswith("codec"))
     for s in rows.values():
         assert s["warm"]["n"] == 2 and 0 < s["warm"]["min_s"] <= s["warm"]["median_s"] and s["first_call_s"] > 0
     fused, stepped = r["end_to_end"]
@@ -386,9 +386,9 @@ def _check_e2e_row(e2e: dict) -> None:
     assert e2e["audio_s"] == pytest.approx(e2e["frames"] * FRAME_SECONDS)
     assert e2e["rtf_median"] == pytest.approx(e2e["warm"]["median_s"] / e2e["audio_s"])
     pf = e2e["per_frame_median_s"]
-    assert set(pf) == {"head", "sample", "fast", "slow", "frame"} and all(v > 0 for v in pf.values())
+    assert set(pf) == {"sample", "fast", "slow", "frame"} and all(v > 0 for v in pf.values())
     assert pf["frame"] <= e2e["warm"]["median_s"] / e2e["frames"]  # the frames alone, without prefill and codec
-    assert set(e2e["stages_median_s"]) == {"prefill", "head", "sample", "fast", "slow", "codec"}
+    assert set(e2e["stages_median_s"]) == {"prefill", "sample", "fast", "slow", "codec"}
 
 
 def test_bench_refuses_kokoro_settings_on_a_fish_build(model_dir, tmp_path, capsys):

@@ -2,7 +2,8 @@
 of a reference decode (prefill of the 149-token prompt, then 15 decode steps); each compiled
 package (fp16, macOS15, states) passes a 35 dB gate at every call of a teacher-forced scenario on
 the MIL executor, and its perturbed-weights twin fails; the runtime's decode loop over the
-compiled chain slow chunks -> lm_head -> fast_ar reproduces the reference's greedy codes."""
+compiled chain slow chunks (the last with the restricted head) -> fast_ar reproduces the reference's
+greedy codes."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +15,7 @@ import torch
 from anetts.compile.scenario_export import compile_module as export_stage
 from anetts.models.fish.stages.chain import play_mil
 from anetts.models.fish.stages.fast_ar import FastARStage
-from anetts.models.fish.stages.lm_head import LMHeadStage, restricted_ids
+from anetts.models.fish.stages.lm_head import restricted_ids
 from anetts.models.fish.config import chunk_bounds
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage
 from anetts.options import ConvertOptions, Gate
@@ -57,19 +58,18 @@ def perturbed(module: torch.nn.Module) -> torch.nn.Module:
 def setup(fish_tiny, fish_reference):
     model, cfg, prompt, ref = fish_reference
     chunks = [SlowChunkStage(cfg, k, 2, PREFILL) for k in range(2)]
-    head, fast = LMHeadStage(cfg), FastARStage(cfg)
-    modules = {st.name: st.build(st.load(fish_tiny, CONTEXT)) for st in [*chunks, head, fast]}
-    return model, cfg, prompt, ref, chunks, head, fast, modules
+    fast = FastARStage(cfg)
+    modules = {st.name: st.build(st.load(fish_tiny, CONTEXT)) for st in [*chunks, fast]}
+    return model, cfg, prompt, ref, chunks, fast, modules
 
 
 @pytest.fixture(scope="module")
 def packages(setup, tmp_path_factory):
-    _, cfg, _, _, chunks, head, fast, modules = setup
+    _, cfg, _, _, chunks, fast, modules = setup
     out = tmp_path_factory.mktemp("fish_stages")
     pkgs = {}
     for st in chunks:
         pkgs[st.name] = export_stage(modules[st.name], st.functions(CONTEXT), out, OPTIONS, META, st.name)[0]
-    pkgs["lm_head"] = export_stage(modules["lm_head"], head.functions(), out, OPTIONS, META, "lm_head")[0]
     pkgs["fast_ar"] = export_stage(modules["fast_ar"], fast.functions(), out, FAST_OPTIONS, META, "fast_ar")[0]
     return pkgs
 
@@ -87,32 +87,38 @@ def test_slow_chunks_eager_equal_reference_at_every_position(setup):
         assert err.max() < 1e-5, (st.name, int(err.argmax()), float(err.max()))
 
 
-def test_lm_head_restricted_rows_are_the_sampled_head(setup):
-    _, cfg, _, ref, _, head, _, modules = setup
-    sc = head.teacher_forced(ref["slow_hidden"])
-    got = np.stack([r["logits"].reshape(-1) for r in record_eager(modules["lm_head"], sc)])
+def test_last_chunk_head_gives_upstream_logits_at_the_sampled_rows(setup):
+    """The last chunk's `logits` are upstream's at the restricted rows at every position: every
+    prompt position (upstream's `return_all` prefill) and every frame's slow step."""
+    model, cfg, prompt, ref, chunks, _, modules = setup
+    last, T = chunks[-1], prompt.shape[1]
+    hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
+    sc = last.teacher_forced(hin, T, CONTEXT)
+    got = np.concatenate([r["logits"][0, :c.valid.get("logits", (1, 1))[1]] for r, c in zip(record_eager(modules[last.name], sc), sc.calls)])
     ids = restricted_ids(cfg)
     assert len(ids) == cfg.n_semantic + 1 and ids[-1] == cfg.im_end_id
-    np.testing.assert_allclose(got, ref["slow_logits"][:, ids], atol=1e-5)
-    assert [head.token(g) for g in got] == list(ref["semantic_tokens"])
+    np.testing.assert_allclose(got[:T], ref["prefill_head_logits"], atol=1e-5)
+    np.testing.assert_allclose(got[T - 1:], ref["slow_logits"][:, ids], atol=1e-5)  # frame 0: the prompt's last row
+    assert list(ids[got[T - 1:].argmax(-1)]) == list(ref["semantic_tokens"])
+    assert [o.name for o in last.functions(CONTEXT)[0].outputs] == ["hidden_out", "logits"]
+    assert not any(o.name == "logits" for o in chunks[0].functions(CONTEXT)[0].outputs)
     # upstream's biased argmax over the full head equals the restricted argmax for any state,
     # including ones where a text token has the largest logit overall
     from anetts.models.fish.reference import semantic_bias
 
     g = torch.Generator().manual_seed(3)
-    w = modules["lm_head"].weight
+    w = modules[last.name].head_weight
     full = torch.randn(64, cfg.slow.vocab_size, generator=g) * 3
     full[:, :cfg.semantic_begin_id] += 5.0  # text tokens win the unbiased argmax
     assert not np.isin(torch.argmax(full, dim=-1).numpy(), ids).any()
     picks_full = torch.argmax(full + semantic_bias(cfg), dim=-1).numpy()
     assert [int(ids[i]) for i in torch.argmax(full[:, ids], dim=-1)] == list(picks_full)
-    b = head.bytes_per_token()
-    assert b["restricted_bytes"] == (cfg.n_semantic + 1) * cfg.slow.dim * 2 < b["full_bytes"]
-    assert w.shape == (len(ids), cfg.slow.dim)
+    assert w.shape == (len(ids), cfg.slow.dim) and last.uncompressed_weights() == ("head_weight",)
+    assert chunks[0].uncompressed_weights() == ()
 
 
 def test_fast_ar_eager_equals_reference_every_frame_without_a_reset(setup):
-    _, cfg, _, ref, _, _, fast, modules = setup
+    _, cfg, _, ref, _, fast, modules = setup
     sc = fast.teacher_forced(ref["slow_hidden"], ref["codes"])
     rec = record_eager(modules["fast_ar"], sc)
     stepped = np.stack([r["logits"].reshape(-1) for r in rec if "logits" in r]).reshape(ref["fast_logits"].shape)
@@ -132,23 +138,23 @@ def test_fast_ar_eager_equals_reference_every_frame_without_a_reset(setup):
 
 
 def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
-    model, cfg, prompt, ref, chunks, head, fast, modules = setup
+    model, cfg, prompt, ref, chunks, fast, modules = setup
     T = prompt.shape[1]
     last = chunks[-1]
     hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
     sc = last.teacher_forced(hin[:T + SCENARIO_DECODE], T, CONTEXT)  # the full 15 steps: benchmarks/fish_stages.py
-    report = run_scenario(packages[last.name], sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE)
+    rec = record_eager(copy.deepcopy(modules[last.name]), sc)
+    report = run_scenario(packages[last.name], sc, rec, GATE)
     dbs = per_call_db(report)
-    print(f"{last.name}: {len(dbs)} calls, dB per call {[round(d, 1) for d in dbs]}")
+    # the head's picks at the frames' slow steps: the prompt's last row, then every decode call
+    played = play_mil(packages[last.name], sc)
+    row = (T - 1) % PREFILL
+    want = logit_rows([rec[-(-T // PREFILL) - 1]["logits"][0, row], *(r["logits"] for r in rec[-SCENARIO_DECODE:])])
+    got = logit_rows([played[-(-T // PREFILL) - 1]["logits"][0, row], *(o["logits"] for o in played[-SCENARIO_DECODE:])])
+    top1 = top1_agreement(want, got)
+    print(f"{last.name}: {len(dbs)} calls, dB per call {[round(d, 1) for d in dbs]}, head top-1 {top1}")
     assert report["passed"] and len(dbs) == -(-T // PREFILL) + SCENARIO_DECODE and min(dbs) >= 35.0
-
-    sc = head.teacher_forced(ref["slow_hidden"])
-    rec = record_eager(modules["lm_head"], sc)
-    report = run_scenario(packages["lm_head"], sc, rec, GATE)
-    got = np.stack([o["logits"].reshape(-1) for o in play_mil(packages["lm_head"], sc)])
-    top1 = top1_agreement(np.stack([r["logits"].reshape(-1) for r in rec]), got)
-    print(f"lm_head: dB per call {[round(d, 1) for d in per_call_db(report)]}, top-1 {top1}")
-    assert report["passed"] and top1 == 1.0
+    assert {"hidden_out", "logits"} <= set(played[-1]) and top1 == 1.0
 
     sc = fast.teacher_forced(ref["slow_hidden"][:SCENARIO_FRAMES], ref["codes"][:SCENARIO_FRAMES])
     rec = record_eager(copy.deepcopy(modules["fast_ar"]), sc)
@@ -163,7 +169,7 @@ def test_compiled_stages_pass_the_gate_at_every_call(setup, packages):
 
 
 def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp_path):
-    model, cfg, prompt, ref, chunks, head, fast, modules = setup
+    model, cfg, prompt, ref, chunks, fast, modules = setup
     last = chunks[-1]
     hin, _ = slow_io(ref, model, last.start, last.stop, cfg.slow.n_layer)
     sc = last.teacher_forced(hin[:4], 0, CONTEXT)  # decode-only, positions 0..3
@@ -181,12 +187,6 @@ def test_perturbed_and_half_split_rope_twins_fail_the_gate(fish_tiny, setup, tmp
     dbs = per_call_db(run_scenario(pkg, sc, record_eager(copy.deepcopy(modules[last.name]), sc), GATE))
     print(f"half-split RoPE {last.name}, decode at positions 0..3: {[round(d, 1) for d in dbs]}")
     assert dbs[0] >= 35.0 and all(d < 35.0 for d in dbs[1:])
-
-    sc = head.teacher_forced(ref["slow_hidden"][:2])
-    pkg = export_stage(perturbed(modules["lm_head"]), head.functions(), tmp_path, OPTIONS, META, "lm_head")[0]
-    dbs = per_call_db(run_scenario(pkg, sc, record_eager(modules["lm_head"], sc), GATE))
-    print(f"perturbed lm_head: {[round(d, 1) for d in dbs]}")
-    assert all(d < 35.0 for d in dbs)
 
     sc = fast.teacher_forced(ref["slow_hidden"][:1], ref["codes"][:1])
     pkg = export_stage(perturbed(modules["fast_ar"]), fast.functions(), tmp_path, FAST_OPTIONS, META, "fast_ar")[0]
@@ -207,7 +207,7 @@ def test_runtime_loop_over_the_compiled_chain_reproduces_the_reference_codes(fis
     want = ref["prefill_layer_hidden"][0]
     assert np.abs(embed(prompt) - want).max() <= 2 ** -10 * np.abs(want).max()  # fp16 tables
     composed = {f"slow_chunk{i}": packages[st.name] for i, st in enumerate(chunks)}
-    decoder = compiled_decoder(composed, packages["lm_head"], packages["fast_ar"], embed, PREFILL)
+    decoder = compiled_decoder(composed, packages["fast_ar"], embed, PREFILL)
     s = decode_against(decoder, ref, CHAIN_FRAMES, follow=False)
     print("chain:", {k: v for k, v in s.items() if k != "divergences"})
     assert s["positions"] == list(range(prompt.shape[1] - 1, prompt.shape[1] - 1 + CHAIN_FRAMES))
@@ -230,9 +230,11 @@ def test_stage_arguments_are_checked(setup):
     from anetts.models.fish.config import FishConfig
     from anetts.models.fish.presets import preset
 
-    s2 = LMHeadStage(FishConfig.from_dict(preset("fish-s2-pro").config)).bytes_per_token()
-    assert (s2["restricted_rows"], s2["full_rows"]) == (4097, 155776)  # 4096 semantic ids + <|im_end|>
-    assert s2["restricted_bytes"] == 4097 * 2560 * 2 and s2["full_bytes"] == 155776 * 2560 * 2
+    from anetts.models.fish.frame_cost import head_bytes
+
+    s2 = FishConfig.from_dict(preset("fish-s2-pro").config)
+    assert (len(restricted_ids(s2)), s2.slow.vocab_size) == (4097, 155776)  # 4096 semantic ids + <|im_end|>
+    assert head_bytes(s2) == 4097 * 2560 * 2  # of the full head's 155,776 rows
 
 
 def test_layer_norm_rms_lowering_is_the_same_norm(fish_tiny, setup):

@@ -12,12 +12,11 @@ import yaml
 from fish_helpers import MODEL, fish_config
 from workflow_helpers import REPO, run_snakemake
 
-AR = ["slow_chunk", "lm_head", "fast_ar"]
+AR = ["slow_chunk", "fast_ar"]
 # int8 per channel on every AR stage; the gathers (RoPE tables, the fast AR's code embedding) stay
-# fp16, and the LM head has no gather, so it clears that filter
+# fp16, and so does the last chunk's head (the stage keeps it uncompressed)
 INT8 = {"mode": "linear", "dtype": "int8", "granularity": "per_channel", "stages": AR,
-        "exclude_op_types": ["gather"], "overrides": {"lm_head": {"exclude_op_types": []}},
-        "gate": {"min_snr_db": 20, "min_top1": 0.9}}
+        "exclude_op_types": ["gather"], "gate": {"min_snr_db": 20, "min_top1": 0.9}}
 # two LUT entries per fast-AR weight: far too coarse for its codes
 LUT1 = {"mode": "palettize", "nbits": 1, "stages": ["fast_ar"], "gate": {"min_snr_db": 0, "min_top1": 0.9}}
 
@@ -33,11 +32,12 @@ def _vc(variants: dict):
 
 def test_a_repeated_stage_is_named_by_its_declared_name():
     vc = _vc({"v": {"mode": "palettize", "nbits": 4, "granularity": "per_grouped_channel", "stages": AR,
-                    "overrides": {"slow_chunk": {"nbits": 6}, "lm_head": {"mode": "linear"}}}})
-    assert vc.stages(MODEL, "v") == ["slow_chunk0", "slow_chunk1", "lm_head", "fast_ar"]
-    assert [vc.settings(MODEL, "v", s)["nbits"] for s in ("slow_chunk0", "slow_chunk1", "fast_ar")] == [6, 6, 4]
-    head = vc.settings(MODEL, "v", "lm_head")  # another mode: that mode's defaults, not the LUT's keys
-    assert head["mode"] == "linear" and "nbits" not in head and head["granularity"] == "per_channel"
+                    "overrides": {"slow_chunk": {"nbits": 6}, "slow_chunk1": {"nbits": 8}, "fast_ar": {"mode": "linear"}}}})
+    assert vc.stages(MODEL, "v") == ["slow_chunk0", "slow_chunk1", "fast_ar"]
+    # an instance's own name before its declared name
+    assert [vc.settings(MODEL, "v", s)["nbits"] for s in ("slow_chunk0", "slow_chunk1")] == [6, 8]
+    fast = vc.settings(MODEL, "v", "fast_ar")  # another mode: that mode's defaults, not the LUT's keys
+    assert fast["mode"] == "linear" and "nbits" not in fast and fast["granularity"] == "per_channel"
     # the chain is composed of the variant's packages where it compresses, else the base ones
     pkgs = vc.chain_packages(MODEL, "v", "ctx256")
     assert all("/variants/v/" in p for p in pkgs)
@@ -47,14 +47,23 @@ def test_a_repeated_stage_is_named_by_its_declared_name():
 
 
 def test_group_size_that_divides_no_channel_count_is_refused(fish_build):
-    """The head has 513 rows (512 semantic ids + <|im_end|>): coremltools would skip it silently."""
+    """The head has 513 rows (512 semantic ids + <|im_end|>): coremltools would skip it silently. The
+    stage keeps it uncompressed (`uncompressed_weights`), and then every other weight divides."""
     from anetts.compile.compress import CompressionError, compress_model, resolve_settings
+    from anetts.compile.inspect import program_ops
 
-    pkg = fish_build / "artifacts" / MODEL / "packages" / "lm_head" / "ctx256.mlpackage"
+    pkg = fish_build / "artifacts" / MODEL / "packages" / "slow_chunk1" / "ctx256.mlpackage"
     settings = resolve_settings({"mode": "palettize", "nbits": 4, "granularity": "per_grouped_channel",
                                  "group_size": 16}, "variants.v")
     with pytest.raises(CompressionError, match=r"variants\.v\.group_size: 16 does not divide"):
         compress_model(pkg, settings, "variants.v")
+    out, gained, kept = compress_model(pkg, settings, "variants.v", ("head_weight",))
+    [const] = kept["head_weight"]
+    assert const.startswith("head_weight_conv_") and gained["constexpr_lut_to_dense"] > 0
+    ops = {o.name: op.type for _, op in program_ops(out.get_spec()) for o in op.outputs}
+    assert ops[const] == "const"  # still the fp16 weight, not a constexpr
+    with pytest.raises(CompressionError, match=r"keeps weights \['norm_weight_x'\] uncompressed"):
+        compress_model(pkg, settings, "variants.v", ("norm_weight_x",))
 
 
 def test_frame_bytes_model_counts_what_coremltools_stores():
@@ -93,7 +102,7 @@ def test_compressed_scenario_stages_keep_shared_weights_and_states(variant_build
 
     work, proc = variant_build
     vdir = work / "artifacts" / MODEL / "variants" / "int8"
-    for stage in ("slow_chunk0", "slow_chunk1", "lm_head", "fast_ar"):
+    for stage in ("slow_chunk0", "slow_chunk1", "fast_ar"):
         report = json.loads((vdir / "packages" / stage / "ctx256.json").read_text())
         assert report["compression"]["constexpr_ops"].get("constexpr_blockwise_shift_scale", 0) > 0, stage
         # the functions share one int8 copy: about half the fp16 bytes, not a copy per function
@@ -106,6 +115,10 @@ def test_compressed_scenario_stages_keep_shared_weights_and_states(variant_build
     assert prog.make_state("decode")  # the KV cache states survive compression
     fast = json.loads((vdir / "parity" / "fast_ar" / "ctx256.json").read_text())
     assert fast["backends"]["mil"]["top1"]["logits"]["agreement"] >= 0.9
+    # the last chunk's head stays fp16 (the stage keeps it uncompressed); the first chunk has none
+    last = json.loads((vdir / "packages" / "slow_chunk1" / "ctx256.json").read_text())["compression"]
+    assert list(last["uncompressed_weights"]) == ["head_weight"] and len(last["uncompressed_weights"]["head_weight"]) == 1
+    assert slow["compression"]["uncompressed_weights"] == {}
 
 
 def test_variant_chain_is_gated_and_in_the_manifest(variant_build):
@@ -117,7 +130,7 @@ def test_variant_chain_is_gated_and_in_the_manifest(variant_build):
     assert chain["teacher_forced"]["fast_codes_agreement"] >= 0.9
     manifest = json.loads((vdir / "manifest.json").read_text())
     assert [c["passed"] for c in manifest["chain"]] == [True]
-    assert sorted(manifest["variant"]["compressed_stages"]) == ["fast_ar", "lm_head", "slow_chunk0", "slow_chunk1"]
+    assert sorted(manifest["variant"]["compressed_stages"]) == ["fast_ar", "slow_chunk0", "slow_chunk1"]
     assert manifest["variant"]["uncompressed_stages"] == ["codec"]
 
 

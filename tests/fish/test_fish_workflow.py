@@ -24,13 +24,13 @@ MODEL = "fish-tiny"
 def test_config_expands_repeated_stages_per_model():
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     wf = WorkflowConfig(cfg)
-    assert wf.stages("fish-tiny") == ["slow_chunk0", "slow_chunk1", "lm_head", "fast_ar", "codec"]
+    assert wf.stages("fish-tiny") == ["slow_chunk0", "slow_chunk1", "fast_ar", "codec"]
     # the model's own stage settings override its family's: fish-s2-pro sets more chunks, fish-tiny one codec bucket
-    assert wf.stages("fish-s2-pro")[:-3] == [f"slow_chunk{k}" for k in range(cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"])]
+    assert wf.stages("fish-s2-pro")[:-2] == [f"slow_chunk{k}" for k in range(cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"])]
     assert wf.buckets("fish-tiny", "codec") == ["f8"] and wf.buckets("fish-s2-pro", "codec") == ["f16", "f64"]
     assert wf.stage_kind("fish-tiny", "codec") == "bucketed"
     assert wf.stage_params("fish-tiny", "slow_chunk1")["index"] == 1
-    assert wf.stage_kind("fish-tiny", "lm_head") == "scenario" and wf.stage_kind("kokoro-tiny", "duration") == "bucketed"
+    assert wf.stage_kind("fish-tiny", "fast_ar") == "scenario" and wf.stage_kind("kokoro-tiny", "duration") == "bucketed"
     # a scenario stage's package already holds its functions; the codec's buckets are bundled
     assert wf.bundles("fish-tiny") == ["artifacts/fish-tiny/bundles/codec.mlpackage"]
     assert wf.chain_reports("fish-tiny") == ["artifacts/fish-tiny/chain/ctx320.json"]  # the codec is not in a chain
@@ -106,7 +106,7 @@ def test_the_file_sizes_counted_before_converting_are_the_built_ones(fish_build)
     (to within the file's per-tensor headers and the RoPE tables, which it does not count)."""
     wf = WorkflowConfig(yaml.safe_load((fish_build / "config.yaml").read_text()), root=fish_build)
     counted = wf.file_bytes(MODEL)
-    assert set(counted) == {"slow_chunk0", "slow_chunk1", "lm_head", "fast_ar"}
+    assert set(counted) == {"slow_chunk0", "slow_chunk1", "fast_ar"}
     for stage, n in counted.items():
         weight_file = fish_build / wf.package(MODEL, stage, "ctx256") / "Data/com.apple.CoreML/weights/weight.bin"
         assert n <= weight_file.stat().st_size <= 1.03 * n, (stage, n, weight_file.stat().st_size)
@@ -119,7 +119,7 @@ def test_dry_run_lists_every_fish_job(tmp_path, model, chunks, codec_buckets):
     workdir = make_workflow_copy(tmp_path / "wf", cfg)
     out = run_snakemake(workdir, "-n", "all").stdout
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    n = chunks + 2
+    n = chunks + 1  # the slow chunks (the last holds the head) and the fast AR
     # one rule per step for every stage kind, the export included (one layout)
     assert {k: int(counts[k]) for k in ("export", "convert", "parity", "chain_parity")} == \
         {"export": n + codec_buckets, "convert": n + codec_buckets, "parity": n + codec_buckets, "chain_parity": 1}
@@ -132,8 +132,7 @@ def test_fish_build_is_gated_and_manifested(fish_build):
     m = json.loads((mdir / "manifest.json").read_text())
     assert m["family"] == "fish" and "Fish Audio Research License" in m["licence"]
     assert [(p["stage"], p["bucket"]) for p in m["packages"]] == [
-        ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("lm_head", "ctx256"), ("fast_ar", "ctx256"),
-        ("codec", "f8")]
+        ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("fast_ar", "ctx256"), ("codec", "f8")]
     for p in m["packages"]:
         kind = m["stages"][p["stage"]]["kind"]
         assert kind == ("bucketed" if p["stage"] == "codec" else "scenario") and p["parity"]["passed"]
@@ -169,14 +168,16 @@ def test_fish_parity_checks_every_position_against_upstream(fish_build):
     assert lo == 0 and hi >= 149 + 64
     assert all(c["passed"] and c["min_snr_db"] >= 35 for c in mil["calls"])
     assert mil["calls"][-1]["states_min_snr_db"] >= 35  # the KV rows written so far, compared too
-    head = json.loads((par / "lm_head" / "ctx256.json").read_text())
-    assert head["backends"]["mil"]["top1"]["logits"]["agreement"] >= 0.99
+    # the last chunk's head: top-1 over every valid row (the prompt's and each frame's)
+    assert mil["top1"]["logits"]["agreement"] >= 0.99 and mil["top1"]["logits"]["positions"] == hi + 1
+    assert "logits" not in json.loads((par / "slow_chunk0" / "ctx256.json").read_text())["backends"]["mil"]["top1"]
     fast = json.loads((par / "fast_ar" / "ctx256.json").read_text())
     assert fast["calls"] >= 64 * 10 and fast["backends"]["mil"]["top1"]["logits"]["agreement"] >= 0.99
     chain = json.loads((fish_build / "artifacts" / MODEL / "chain" / "ctx256.json").read_text())
     tf = chain["teacher_forced"]
     assert tf["frames"] >= 64 and tf["head_top1"] >= 0.99 and tf["fast_codes_agreement"] >= 0.99
     assert chain["closed_loop"]["frames"] == tf["frames"]
+    assert chain["calls_per_frame"] == {"frame": 2 + 1, "decode": 2 + 10}  # 2 slow chunks, then the fast AR
     ties = tf["picks_or_ties"]  # near-ties forgiven: never below the raw agreement
     assert ties["head"] >= tf["head_top1"] and ties["fast"] >= tf["fast_codes_agreement"] - 1e-9
     assert ties["ties"] + ties["not_ties"] == len(tf["divergences"])
@@ -193,7 +194,7 @@ def test_package_metadata_carries_the_licence(fish_build):
     from anetts.mil import load_program  # noqa: F401 - the package must also load for the executor
     from coremltools.models.utils import load_spec
 
-    spec = load_spec(str(fish_build / "artifacts" / MODEL / "packages" / "lm_head" / "ctx256.mlpackage"))
+    spec = load_spec(str(fish_build / "artifacts" / MODEL / "packages" / "fast_ar" / "ctx256.mlpackage"))
     assert "Fish Audio Research License" in spec.description.metadata.license
     assert "Built with Fish Audio" in spec.description.metadata.license
     assert spec.description.metadata.userDefined["anetts.family"] == "fish"
@@ -229,8 +230,8 @@ def test_size_lint_fails_an_oversized_package(fish_build, tmp_path):
     """max_package_mb below a chunk's size: conversion fails naming the key and leaves no package."""
     from anetts.compile.convert import ConversionError, ConvertOptions, convert_scenario_package
 
-    exp = fish_build / "artifacts" / MODEL / "export" / "lm_head"
-    out = tmp_path / "lm_head.mlpackage"
+    exp = fish_build / "artifacts" / MODEL / "export" / "slow_chunk1"
+    out = tmp_path / "slow_chunk1.mlpackage"
     opts = ConvertOptions.make(deployment_target="macOS15", max_package_mb=0.1)
     with pytest.raises(ConversionError, match="max_package_mb"):
         convert_scenario_package(exp / "ctx256.functions", exp / "ctx256.export.json", out, tmp_path / "r.json",

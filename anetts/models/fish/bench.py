@@ -3,7 +3,8 @@
 Each case generates a fixed number of frames (about 3, 7, 15, 30 s of audio, as many as the context
 leaves after the prompt) greedily from the opening words of the passage, never stopping at
 <|im_end|>, so every round times the same work: the prompt's prefill through the slow chunks, then per
-frame the lm_head, the semantic draw, the fast AR and one slow-chunk decode step; then the codec over
+frame the semantic draw, the fast AR and one decode step through the slow chunks (the last one's
+head included); then the codec over
 all frames, when the build has one. The fast AR runs once per function its package has: `frame` (one
 fused call per frame) and `decode` (10 stepped calls), each its own case and row
 (`fast_ar_function`). The rows give the medians per part and per frame.
@@ -19,7 +20,7 @@ from anetts.models.fish.runtime import FRAME_SECONDS
 from anetts.models.fish.sampling import DECODE, FRAME
 
 TEXT_WORDS = 8  # the prompt: the passage's opening words (frames, not text, set the work here)
-FRAME_PARTS = ("head", "sample", "fast", "slow")  # the runtime's per-frame timings (FishRuntime._frame)
+FRAME_PARTS = ("sample", "fast", "slow")  # the runtime's per-frame timings (FishDecoder)
 
 
 def workload(tts, *, targets, upstream, voice=None, speed=None, lang=None) -> Workload:
@@ -64,8 +65,7 @@ def workload(tts, *, targets, upstream, voice=None, speed=None, lang=None) -> Wo
             per_frame["frame"] = float(np.median([sum(x.get(k, 0.0) for k in FRAME_PARTS) / x["frames"] for x in d]))
             audio_s = n * FRAME_SECONDS
             out.append({"target_s": t, "fast_ar_function": fn, "text": text, "prompt_tokens": int(rows.shape[1]), "frames": n,
-                        "audio_s": audio_s, "buckets": {"slow": tts.bucket, "lm_head": tts.head_bucket,
-                                                        "fast_ar": tts.fast_bucket},
+                        "audio_s": audio_s, "buckets": {"slow": tts.bucket, "fast_ar": tts.fast_bucket},
                         "warm": warm, "rtf_median": warm["median_s"] / audio_s, "stages_median_s": med,
                         "per_frame_median_s": per_frame, "frames_per_s": 1.0 / per_frame["frame"],
                         "upstream": {}})
@@ -75,5 +75,5 @@ def workload(tts, *, targets, upstream, voice=None, speed=None, lang=None) -> Wo
     return Workload(cases, rows_, settings={"text": text, "targets_s": [t for t, _ in chosen], "temperature": 0.0},
                     upstream={d: {"available": False, "reason": reason} for d in upstream or ()},
                     notes=["end to end = FishRuntime.generate_codes (greedy, a fixed frame count) + the codec",
-                           "per_frame_median_s: lm_head, sampling, fast AR (fused: 1 call; stepped: 10), one slow decode step",
+                           "per_frame_median_s: sampling, fast AR (fused: 1 call; stepped: 10), one slow decode step (head included)",
                            "fast_ar_function: frame (fused, the runtime's default) or decode (stepped)"])

@@ -2,7 +2,7 @@
 
 Per-stage parity feeds each package upstream's own inputs; here the runtime's loop
 (`runtime.FishDecoder`: the host input embedding from the fp16 assets, the slow chunks carrying
-their states, the LM head and the fast AR on the compiled slow state) feeds each package the
+their states, the last one's LM head, and the fast AR on the compiled slow state) feeds each package the
 previous one's output, so errors compound as they will at run time. It runs twice, greedily
 (`greedy.Greedy`):
 
@@ -69,13 +69,12 @@ def mil_program(stage: str, package: Path):
                                           report.get("default_function", functions[0].name)))
 
 
-def compiled_decoder(chunks: dict[str, Path], head: Path, fast: Path, embed: InputEmbedding,
-                     prefill: int) -> FishDecoder:
+def compiled_decoder(chunks: dict[str, Path], fast: Path, embed: InputEmbedding, prefill: int) -> FishDecoder:
     """The runtime's decode loop on the MIL executor over these packages: `chunks` the slow AR's, in
-    layer order ({stage: package}), then the head and the fast AR."""
+    layer order ({stage: package}; the last holds the head), then the fast AR."""
     if not chunks:
         raise ValueError("chain: no slow chunk packages")
-    programs = {s: mil_program(s, p) for s, p in {**chunks, "lm_head": head, "fast_ar": fast}.items()}
+    programs = {s: mil_program(s, p) for s, p in {**chunks, "fast_ar": fast}.items()}
     kv = programs[next(iter(chunks))].function("decode").states[0].shape  # (1, kv_heads, context, head_dim)
     return FishDecoder(embed.cfg, embed, programs.__getitem__, list(chunks), kv[2], prefill, embed.cfg.restricted_ids)
 
@@ -189,13 +188,13 @@ def fused_vs_stepped(decoder: FishDecoder, rows: np.ndarray, n_frames: int, seed
 def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, reference: Path, gate: Gate,
                 prefill: int, closed_loop_frames: int | None = None, fused_frames: int = FUSED_FRAMES) -> dict:
     """`chunks`: the slow chunk stages among `packages`, in layer order."""
-    for name in (*chunks, "lm_head", "fast_ar"):
+    for name in (*chunks, "fast_ar"):
         if name not in packages:
             raise ValueError(f"chain: no {name} package among {sorted(packages)}")
     with np.load(reference) as z:
         ref = {k: z[k] for k in z.files}
     embed = InputEmbedding.from_dir(assets_dir)
-    decoder = compiled_decoder({c: packages[c] for c in chunks}, packages["lm_head"], packages["fast_ar"], embed, prefill)
+    decoder = compiled_decoder({c: packages[c] for c in chunks}, packages["fast_ar"], embed, prefill)
     n = len(ref["codes"])
     stops = np.flatnonzero(ref["semantic_tokens"] == embed.cfg.im_end_id)
     if len(stops):  # upstream's reference ran on past <|im_end|>; the runtime's loop stops there
@@ -221,8 +220,9 @@ def check_chain(packages: dict[str, Path], chunks: list[str], assets_dir: Path, 
         "fused_vs_stepped": fused,
         "near_tie_noise": NEAR_TIE_NOISE,
         "fused_tie": {"draw_gap": FUSED_DRAW_GAP, "noise_units": NEAR_TIE_NOISE},
-        # Core ML calls per frame: the slow chunks, the head, then the fast AR's one fused call or 10 stepped
-        "calls_per_frame": {FRAME: len(chunks) + 2, DECODE: len(chunks) + 1 + embed.cfg.num_codebooks},
+        # Core ML calls per frame: the slow chunks (the last gives the head's logits), then the fast AR's
+        # one fused call or 10 stepped
+        "calls_per_frame": {FRAME: len(chunks) + 1, DECODE: len(chunks) + embed.cfg.num_codebooks},
         "checks": checks,
         "passed": all(checks.values()),
         "meets_target": all(checks.values()) and tf["slow_hidden_min_db"] >= gate.target_snr_db,

@@ -153,7 +153,7 @@ def check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
     rows = [compare_text(tts, up) for up in ups]
     peak_mib["runtime_decode"] = round(peak_rss_bytes() / 2**20)
     # the audio needs none of the AR's packages: hand them back before upstream's fp32 codec loads
-    tts.backend.unload([*tts.chunk_stages, "lm_head", "fast_ar"])
+    tts.backend.unload([*tts.chunk_stages, "fast_ar"])
     _return_freed_memory()
     codec = C.load_codec(Path(weights_dir)) if tts.has_codec else None
     for row, up in zip(rows, ups):

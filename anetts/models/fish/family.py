@@ -18,12 +18,10 @@ LICENCE = ("Fish Audio Research License (research and non-commercial use only). 
 DECLARATION = FamilyDecl(
     name="fish",
     stages={
-        "slow_chunk": StageDecl("slow_chunk", "context", (f"{_F}/stages/slow_chunk.py", *_SHARED), uses_reference=True,
-                                kind="scenario", repeat="chunks",
-                                description="slow-AR layers [a, b) with prefill + decode and an fp16 KV state"),
-        "lm_head": StageDecl("lm_head", "context", (f"{_F}/stages/lm_head.py", *_SHARED), uses_reference=True,
-                             kind="scenario",
-                             description="tied head over the 4,096 semantic ids + <|im_end|> (all upstream can sample)"),
+        "slow_chunk": StageDecl("slow_chunk", "context", (f"{_F}/stages/slow_chunk.py", f"{_F}/stages/lm_head.py", *_SHARED),
+                                uses_reference=True, kind="scenario", repeat="chunks",
+                                description="slow-AR layers [a, b) with prefill + decode and an fp16 KV state; the "
+                                            "last also the tied head over the semantic ids + <|im_end|>"),
         "fast_ar": StageDecl("fast_ar", "context", (f"{_F}/stages/fast_ar.py", *_SHARED), uses_reference=True,
                              kind="scenario", description="fast AR: one call per codebook, a 10-slot KV state"),
         "codec": StageDecl("codec", "frames", (f"{_F}/stages/codec.py", f"{_F}/codec.py"),

@@ -1,8 +1,8 @@
 """The weight bytes one generated Fish frame reads, and the floor they put on ms/frame.
 
 A decode step is memory-bound at batch 1: per frame the slow AR reads every layer once, the
-restricted LM head once, and the fast AR all its layers and its output head once per codebook
-(10 passes; its input embedding is a one-row gather). `frame_bytes` counts those bytes from a
+restricted LM head (in the last slow chunk) once, and the fast AR all its layers and its output
+head once per codebook (10 passes; its input embedding is a one-row gather). `frame_bytes` counts those bytes from a
 `FishConfig`, per weight tensor as Core ML stores it — fp16, or under a variant's compression
 settings (`anetts.compile.compress.resolve_settings`) — so a variant can be projected at S2 Pro
 size without building it. `projection` turns bytes into ms/frame at a fraction of each chip's peak
@@ -20,8 +20,9 @@ FRAME_MS = 2048 / 44100 * 1000  # one frame is 2048 samples at 44.1 kHz: 46.44 m
 BANDWIDTH_GBS = {"M1": 68, "M4 Pro": 273, "M2 Max": 400}
 EFFECTIVE = 0.75  # fraction of peak a memory-bound decode step is assumed to reach
 FP16 = 2
-# what a frame reads, by the stage that holds it: slow chunks, the head, the fast AR (x codebooks)
-GROUPS = {"slow_chunk": "slow_chunks", "lm_head": "lm_head", "fast_ar": "fast_ar_x10"}
+# what a frame reads, by the stage that holds it: slow chunks, the fast AR (x codebooks); the
+# restricted head, in the last slow chunk and fp16 in every variant, is counted on its own (`lm_head`)
+GROUPS = {"slow_chunk": "slow_chunks", "fast_ar": "fast_ar_x10"}
 
 
 def tensor_bytes(rows: int, cols: int, settings: dict | None = None) -> int:
@@ -59,8 +60,9 @@ def _layer_vectors(d) -> int:
 
 
 def frame_bytes(cfg, settings: dict[str, dict | None] | None = None) -> dict[str, int]:
-    """Weight bytes per generated frame, by group (`GROUPS`), with `settings[stage]` (declared stage
-    names: slow_chunk, lm_head, fast_ar) compressing that stage's tensors; absent or None: fp16.
+    """Weight bytes per generated frame, by group (`GROUPS`, and the head), with `settings[stage]`
+    (declared stage names: slow_chunk, fast_ar) compressing that stage's tensors; absent or None:
+    fp16. The head stays fp16 (`head_bytes`).
     Norm vectors stay fp16 (rank 1: coremltools never compresses them); the RoPE tables, a row
     gathered per position, are not counted."""
     settings = settings or {}
@@ -70,10 +72,16 @@ def frame_bytes(cfg, settings: dict[str, dict | None] | None = None) -> dict[str
         return sum(tensor_bytes(r, c, settings.get(name)) for r, c in matrices) + vectors * FP16
 
     slow = stage("slow_chunk", _layer_tensors(s) * s.n_layer, s.n_layer * _layer_vectors(s) + s.dim)
-    head = stage("lm_head", [(cfg.n_semantic + 1, s.dim)], 0)  # the restricted head: semantic ids + <|im_end|>
+    head = head_bytes(cfg)
     fast_pass = stage("fast_ar", [*_layer_tensors(f) * f.n_layer, (cfg.codebook_size, f.dim)],
                       f.n_layer * _layer_vectors(f) + f.dim)
     return {"slow_chunks": slow, "lm_head": head, "fast_ar_x10": cfg.num_codebooks * fast_pass}
+
+
+def head_bytes(cfg) -> int:
+    """fp16 bytes of the restricted head (semantic ids + <|im_end|>) the last slow chunk holds: no
+    variant compresses it (`anetts.models.fish.stages.slow_chunk.HEAD_WEIGHT`)."""
+    return (cfg.n_semantic + 1) * cfg.slow.dim * FP16
 
 
 def projection(bytes_per_frame: dict[str, int]) -> dict:
@@ -103,9 +111,10 @@ def variant_frame_cost(weights_dir, settings: dict[str, dict | None], weight_byt
     fast = declared.get("fast_ar")
     # the code embedding is a gather's table: compressed with the stage unless gathers are excluded
     table = tensor_bytes(cfg.codebook_size, cfg.fast.dim, None if fast and "gather" in fast["exclude_op_types"] else fast)
+    head = head_bytes(cfg)
     measured = {
-        "slow_chunks": sum(b for s, b in weight_bytes.items() if s.startswith("slow_chunk")),
-        "lm_head": weight_bytes["lm_head"],
+        "slow_chunks": sum(b for s, b in weight_bytes.items() if s.startswith("slow_chunk")) - head,
+        "lm_head": head,
         "fast_ar_x10": cfg.num_codebooks * (weight_bytes["fast_ar"] - table),
     }
     return {"bytes_per_frame": measured, "total_bytes_per_frame": sum(measured.values()),
@@ -127,7 +136,7 @@ def _known_config(weights: dict, weights_dir: Path):
 
 def stage_file_bytes(weights: dict, weights_dir: Path, settings: dict[str, dict]) -> dict[str, int] | None:
     """Weight bytes of each AR stage's package file (`FamilyDecl.file_bytes`), from the config alone:
-    each slow chunk's layers (and the final norm in the last), the restricted head, the fast AR with
+    each slow chunk's layers (and the final norm and the restricted head in the last), the fast AR with
     its code embedding and output head, at the stage's precision (fp32: 4 bytes, else 2). The codec
     is not counted (it has no config.json geometry). None: the config is not known yet."""
     from anetts.models.fish.config import chunk_bounds
@@ -147,9 +156,9 @@ def stage_file_bytes(weights: dict, weights_dir: Path, settings: dict[str, dict]
         bounds = chunk_bounds(s.n_layer, len(chunks))
     except ValueError as e:
         raise ValueError(f"stages.slow_chunk.chunks = {len(chunks)}: {e}") from None
-    out = {name: stored("slow_chunk", (b - a) * layer + (s.dim if b == s.n_layer else 0))
+    last = s.dim + (cfg.n_semantic + 1) * s.dim  # the final norm and the restricted head
+    out = {name: stored("slow_chunk", (b - a) * layer + (last if b == s.n_layer else 0))
            for name, (a, b) in zip(chunks, bounds)}
-    out["lm_head"] = stored("lm_head", (cfg.n_semantic + 1) * s.dim)
     fast = f.n_layer * (sum(r * c for r, c in _layer_tensors(f)) + _layer_vectors(f)) + f.dim
     out["fast_ar"] = stored("fast_ar", fast + 2 * cfg.codebook_size * f.dim)  # + code embedding, output head
     return out

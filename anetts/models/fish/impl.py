@@ -21,7 +21,6 @@ from anetts.stage import Family, Stage
 
 def make_stage(name: str, params: dict, weights_dir: Path) -> Stage:
     from anetts.models.fish.stages.fast_ar import FastARStage
-    from anetts.models.fish.stages.lm_head import LMHeadStage
     from anetts.models.fish.stages.slow_chunk import SlowChunkStage
 
     cfg = _weights.read_config(weights_dir)
@@ -31,11 +30,9 @@ def make_stage(name: str, params: dict, weights_dir: Path) -> Stage:
             if key not in params:
                 raise ValueError(f"{name}: stage parameter `{key}` is missing (config families.fish.stages.slow_chunk)")
         return SlowChunkStage(cfg, int(params["index"]), int(params["chunks"]), int(params["prefill"]), lowering)
-    if name == "lm_head":
-        return LMHeadStage(cfg)
     if name == "fast_ar":
         return FastARStage(cfg, lowering)
-    raise KeyError(f"family fish has no stage {name!r}; stages: slow_chunk<k>, lm_head, fast_ar")
+    raise KeyError(f"family fish has no stage {name!r}; stages: slow_chunk<k>, fast_ar")
 
 
 def _load_model(weights_dir: Path, stage: str | None = None):

@@ -84,8 +84,8 @@ def s2_model_class():
     class S2DualARTransformer(DualARTransformer):
         """fish-speech 0.1.0 DualARTransformer with S2's final-normed fast-AR input."""
 
-        def forward_generate(self, inp, input_pos=None, audio_masks=None, audio_parts=None):
-            r = BaseTransformer.forward_generate(self, inp, input_pos, audio_masks, audio_parts)
+        def forward_generate(self, inp, input_pos=None, audio_masks=None, audio_parts=None, return_all=False):
+            r = BaseTransformer.forward_generate(self, inp, input_pos, audio_masks, audio_parts, return_all)
             r.hidden_states = self.fast_project_in(self.norm(r.hidden_states))
             return r
 
@@ -241,6 +241,8 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
       slow_hidden (F, D)          final-normed slow state (the fast AR's input)
       prefill_layer_hidden (L+1, T, D)  residual stream of every prompt position before layer 0..L-1 and after the last
       prefill_slow_hidden (T, D)  final-normed slow state of every prompt position
+      prefill_head_logits (T, R)  slow logits of every prompt position at the restricted head's rows
+                                  (`FishConfig.restricted_ids`: what the last slow chunk's head gives)
       decode_layer_hidden (F-1, L+1, D) the same for each decode step
       semantic_tokens (F,), codes (F, num_codebooks), fast_logits (F, num_codebooks, codebook_size)
       positions (F,)              slow position that produced each frame
@@ -259,12 +261,13 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
         x, pos = torch.from_numpy(prompt)[None], torch.arange(T)
         for f in range(n_frames):
             captured.clear()
-            r = model.forward_generate(x, pos)
+            # the prefill returns every prompt position's logits and state (upstream's `return_all`), not only the last's
+            r = model.forward_generate(x, pos, return_all=f == 0)
             layer_hidden = torch.stack(captured)  # (L+1, S, D)
             if f == 0:
                 out["prefill_layer_hidden"] = layer_hidden.float().numpy()
-                # upstream's final-normed state of every prompt position (it returns only the last's)
-                out["prefill_slow_hidden"] = model.fast_project_in(model.norm(layer_hidden[-1][None]))[0].float().numpy()
+                out["prefill_slow_hidden"] = r.hidden_states[0].float().numpy()
+                out["prefill_head_logits"] = r.logits[0][:, list(cfg.restricted_ids)].float().numpy()
             else:
                 out["decode_layer_hidden"].append(layer_hidden[:, -1].float().numpy())
             logits, hidden = r.logits[0, -1].float(), r.hidden_states[0, -1]
@@ -297,11 +300,11 @@ def reference_decode(model, cfg: FishConfig, prompt: np.ndarray, n_frames: int =
     finally:
         for h in hooks:
             h.remove()
-    result = {k: np.asarray(v) for k, v in out.items() if k not in ("prefill_layer_hidden", "prefill_slow_hidden")}
+    prefill = ("prefill_layer_hidden", "prefill_slow_hidden", "prefill_head_logits")
+    result = {k: np.asarray(v) for k, v in out.items() if k not in prefill}
     result["decode_layer_hidden"] = np.asarray(out["decode_layer_hidden"]).reshape(
         len(out["semantic_tokens"]) - 1, cfg.slow.n_layer + 1, cfg.slow.dim)
-    result["prefill_layer_hidden"] = out["prefill_layer_hidden"]
-    result["prefill_slow_hidden"] = out["prefill_slow_hidden"]
+    result.update({k: out[k] for k in prefill})
     result["prompt"] = prompt
     result["semantic_tokens"] = result["semantic_tokens"].astype(np.int64)
     result["codes"] = result["codes"].astype(np.int64)

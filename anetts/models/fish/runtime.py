@@ -3,12 +3,16 @@
 Per text chunk::
 
     prompt rows (prompt.build_prompt) -> host input embedding (fp16 assets)
-      -> slow chunks `prefill` in blocks (KV states)                      ─┐
-      -> per frame: lm_head (restricted logits) -> semantic draw (RAS)     │ stop at <|im_end|>
+      -> slow chunks `prefill` in blocks (KV states; the last chunk's head  ─┐
+         gives the restricted logits of the last prompt row)                │
+      -> per frame: semantic draw (RAS) from the restricted logits          │ stop at <|im_end|>
                     -> fast_ar `frame` (10 passes, codes drawn in the graph │ or the frame budget
                        on the host's noise; or 10 x `decode`, drawn here)  │
-                    -> [token, a0..a9] embedded -> slow chunks `decode`   ─┘
+                    -> [token, a0..a9] embedded -> slow chunks `decode`    │
+                       (the next final-normed state and its logits)       ─┘
       -> codes (frames, 10) -> codec stage (bucketed, windows) -> audio
+
+Per frame that is one call per slow chunk and one fused fast-AR call (S2 Pro: 9 + 1).
 
 All network math runs in the built packages through the runners of :mod:`anetts.runtime.runners`
 (mil: the MIL executor on the .mlpackages; torch: the fp32 TorchScript exports the packages were
@@ -128,7 +132,7 @@ class Picks:
         self.timings: dict = defaultdict(float)
 
     def semantic(self, frame: int, logits: np.ndarray) -> int:
-        """Frame `frame`'s token id from the restricted head's logits."""
+        """Frame `frame`'s token id from the restricted head's logits (the last slow chunk's)."""
         raise NotImplementedError
 
     def code(self, frame: int, codebook: int, logits: np.ndarray) -> int:
@@ -177,9 +181,9 @@ class Sampling(Picks):
 class FishDecoder:
     """Prompt rows -> frames (semantic token, 10 codes) through the AR stages' packages.
 
-    `program(stage)` gives a loaded stage package (`slow_chunk<k>`, `lm_head`, `fast_ar`) with
-    `run(function, inputs, state)` and `new_state()` (zeroed KV states); the host embeds the input
-    rows, `Picks` chooses every token and code. `context` is the slow chunks' KV rows, `prefill`
+    `program(stage)` gives a loaded stage package (`slow_chunk<k>`, the last with the restricted
+    head's `logits`; `fast_ar`) with `run(function, inputs, state)` and `new_state()` (zeroed KV
+    states); the host embeds the input rows, `Picks` chooses every token and code. `context` is the slow chunks' KV rows, `prefill`
     their prefill block. `fast_function`: the fast AR's `frame` (fused, one call per frame) or
     `decode` (stepped); None: the package's default."""
 
@@ -203,36 +207,36 @@ class FishDecoder:
             return 0
         return self.context - T + 1
 
-    def _slow(self, x: np.ndarray, pos: int, function: str, states: list) -> np.ndarray:
+    def _slow(self, x: np.ndarray, pos: int, function: str, states: list, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row `row` of the last chunk's outputs: the final-normed slow state and the head's logits."""
+        out = {"hidden_out": x}
         for stage, st in zip(self.chunk_stages, states):
-            x = self.program(stage).run(function, {"hidden": x, "pos": np.array([pos], np.int32)}, st)["hidden_out"]
-        return x
+            out = self.program(stage).run(function, {"hidden": out["hidden_out"], "pos": np.array([pos], np.int32)}, st)
+        return out["hidden_out"][0, row], out["logits"].reshape(-1, len(self.row_ids))[row]
 
-    def _prefill(self, rows: np.ndarray, timings) -> tuple[np.ndarray, list]:
+    def _prefill(self, rows: np.ndarray, timings) -> tuple[np.ndarray, np.ndarray, list]:
         t0 = time.perf_counter()
         states = [self.program(s).new_state() for s in self.chunk_stages]
         x = self.embed(rows)
         T, Pn = x.shape[0], self.prefill_tokens
-        h = None
+        h = logits = None
         for p in range(0, T, Pn):
             k = min(Pn, T - p)
             block = np.zeros((1, Pn, x.shape[1]), np.float32)
             block[0, :k] = x[p:p + k]
-            h = self._slow(block, p, "prefill", states)[0, k - 1]
+            h, logits = self._slow(block, p, "prefill", states, k - 1)
         timings["prefill"] += time.perf_counter() - t0
-        return h, states
+        return h, logits, states
 
-    def _frame(self, f: int, pos: int, h: np.ndarray, picks: Picks, fast_state) -> tuple[int, list[int]]:
-        """Frame `f` from the final-normed slow state `h` (made at slow position `pos`): (token id, codes a0..a9)."""
+    def _frame(self, f: int, pos: int, h: np.ndarray, logits: np.ndarray, picks: Picks,
+               fast_state) -> tuple[int, list[int]]:
+        """Frame `f` from the final-normed slow state `h` and the head's `logits` over it (made at slow
+        position `pos`): (token id, codes a0..a9)."""
         cfg, t = self.cfg, picks.timings
-        t0 = time.perf_counter()
         hid = h.reshape(1, 1, -1).astype(np.float32)
-        logits = self.program("lm_head").run("logits", {"hidden": hid})["logits"].reshape(-1)
         t1 = time.perf_counter()
         token = picks.semantic(f, logits)
-        t2 = time.perf_counter()
-        t["head"] += t1 - t0
-        t["sample"] += t2 - t1
+        t["sample"] += time.perf_counter() - t1
         fast_logits: list[np.ndarray] = []
         codes: list[int] = []
         if token != cfg.im_end_id:
@@ -278,12 +282,12 @@ class FishDecoder:
         return self._generate(rows, budget, picks, stop_at_end, restart)
 
     def _generate(self, rows, budget, picks, stop_at_end, restart) -> Iterator[tuple[int, list[int]]]:
-        h, states = self._prefill(rows, picks.timings)
+        h, logits, states = self._prefill(rows, picks.timings)
         pos = rows.shape[1]  # the slow position the next input row goes to
         fast_state = self.program("fast_ar").new_state()
         done: list[list[int]] = []
         for f in range(budget):
-            token, codes = self._frame(f, pos - 1, h, picks, fast_state)
+            token, codes = self._frame(f, pos - 1, h, logits, picks, fast_state)
             if token == self.cfg.im_end_id and stop_at_end:
                 return
             yield token, codes
@@ -301,12 +305,12 @@ class FishDecoder:
                 rows = restart(np.asarray(done, np.int64).T)
                 if rows is None:
                     return
-                h, states = self._prefill(rows, picks.timings)
+                h, logits, states = self._prefill(rows, picks.timings)
                 pos = rows.shape[1]
                 continue
             t0 = time.perf_counter()
             x = self.embed(np.array([token, *codes_in]).reshape(-1, 1))
-            h = self._slow(x[None], pos, "decode", states)[0, 0]
+            h, logits = self._slow(x[None], pos, "decode", states, 0)
             picks.timings["slow"] += time.perf_counter() - t0
             pos += 1
 
@@ -343,9 +347,8 @@ class FishRuntime:
         for s in self.chunk_stages:
             if not self._buckets(s):
                 raise ArtifactError(f"{artifacts.model_dir}: the manifest has no {s} package")
-        for s in ("lm_head", "fast_ar"):
-            if not self._buckets(s):
-                raise ArtifactError(f"{artifacts.model_dir}: the manifest has no {s} package")
+        if not self._buckets("fast_ar"):
+            raise ArtifactError(f"{artifacts.model_dir}: the manifest has no fast_ar package")
         # one context bucket per build (the largest the slow chunks share)
         buckets = [set(self._buckets(s)) for s in self.chunk_stages]
         common = sorted(set.intersection(*buckets), key=lambda b: artifacts.package(self.chunk_stages[0], b).geometry["context"])
@@ -354,12 +357,14 @@ class FishRuntime:
         self.bucket = common[-1]
         g = artifacts.package(self.chunk_stages[0], self.bucket).geometry
         self.context, self.prefill_tokens = int(g["context"]), int(g["prefill"])
-        self.head_bucket, self.fast_bucket = self._stage_bucket("lm_head"), self._stage_bucket("fast_ar")
+        self.fast_bucket = self._stage_bucket("fast_ar")
         self.row_ids = np.asarray(self.cfg.restricted_ids, np.int64)
-        rows = artifacts.package("lm_head", self.head_bucket).outputs[0].shape[-1]
+        last = artifacts.package(self.chunk_stages[-1], self.bucket)
+        rows = next((t.shape[-1] for t in last.outputs if t.name == "logits"), None)
         if rows != len(self.row_ids):
-            raise ArtifactError(f"lm_head has {rows} logits, the config's restricted head {len(self.row_ids)}")
-        buckets = {"lm_head": self.head_bucket, "fast_ar": self.fast_bucket}
+            raise ArtifactError(f"{last.label}: the last slow chunk must give the restricted head's `logits` "
+                                f"({len(self.row_ids)} rows, the config's), got {rows}")
+        buckets = {"fast_ar": self.fast_bucket}
         self.decoder = FishDecoder(self.cfg, self.embed, lambda s: backend.program(s, buckets.get(s, self.bucket)),
                                    self.chunk_stages, self.context, self.prefill_tokens, self.row_ids)
         self.codec_entries = sorted((artifacts.package(s, b) for s, b in artifacts.packages if s == CODEC_STAGE),
@@ -369,7 +374,7 @@ class FishRuntime:
         return [b for s, b in self.artifacts.packages if s == stage]
 
     def _stage_bucket(self, stage: str) -> str:
-        """The bucket of a per-frame stage (lm_head, fast_ar): the slow chunks' own, else its only one."""
+        """The bucket of the fast AR: the slow chunks' own, else its only one."""
         buckets = self._buckets(stage)
         if self.bucket in buckets or len(buckets) == 1:
             return self.bucket if self.bucket in buckets else buckets[0]

@@ -1,2 +1,3 @@
-"""Compiled AR stages of Fish S2: `slow_chunk` (stateful prefill/decode over layers [a, b)),
-`lm_head` (the semantic rows + <|im_end|> of the tied head) and `fast_ar` (the fused `frame` and stepped `decode` over a 10-slot KV state)."""
+"""Compiled AR stages of Fish S2: `slow_chunk` (stateful prefill/decode over layers [a, b); the last
+also gives the restricted head's logits, `lm_head`) and `fast_ar` (the fused `frame` and stepped
+`decode` over a 10-slot KV state)."""

@@ -1,4 +1,4 @@
-"""`lm_head`: the tied slow-AR head restricted to the rows the sampler can emit.
+"""The tied slow-AR head restricted to the rows the sampler can emit (held by the last slow chunk).
 
 Upstream biases every logit outside the semantic ids and <|im_end|> to -inf before sampling,
 so a head over those rows (semantic 0..n-1 in order, then <|im_end|>) gives the same argmax and
@@ -7,20 +7,13 @@ are never read per token. The rows are read from the shard with a slice, not the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from anetts.models.fish.config import FishConfig
-from anetts.models.fish.weights import SLOW_PREFIX, WeightsError, read_config, read_index
-from anetts.stage import FunctionSpec, Stage, TensorSpec
-from anetts.verify.scenario import Call, Scenario
-
-FP16_BYTES = 2
+from anetts.models.fish.weights import SLOW_PREFIX, WeightsError, read_index
 
 
 def head_tensor_name(cfg: FishConfig) -> str:
@@ -45,69 +38,7 @@ def load_rows(weights_dir: Path, name: str, ranges: list[tuple[int, int]]) -> to
         return torch.cat([sl[a:b] for a, b in ranges]).float()
 
 
-@dataclass
-class HeadModel:
-    cfg: FishConfig
-    weight: torch.Tensor  # (n_semantic + 1, dim): rows in restricted_ids order
-
-
-class LMHeadModule(nn.Module):
-    def __init__(self, m: HeadModel):
-        super().__init__()
-        self.weight = nn.Parameter(m.weight.float(), requires_grad=False)
-
-    def forward(self, hidden):
-        return F.linear(hidden, self.weight)
-
-
-class LMHeadStage(Stage):
-    name = "lm_head"
-    description = "restricted LM head"
-
-    def __init__(self, cfg: FishConfig):
-        self.cfg = cfg
-        self.rows = len(restricted_ids(cfg))
-
-    def functions(self, size: int | None = None) -> list[FunctionSpec]:
-        """One token per call whatever the bucket (the context bucket names the reference run)."""
-        d = self.cfg.slow.dim
-        return [FunctionSpec("logits", (TensorSpec("hidden", (1, 1, d), "float32", "final-normed slow state"),),
-                             (TensorSpec("logits", (1, 1, self.rows), "float32",
-                                         "logits of the semantic ids in order, then <|im_end|>"),))]
-
-    def geometry(self, size: int) -> dict[str, int]:
-        return {"rows": self.rows, **{k: v for k, v in self.bytes_per_token().items() if k.endswith("bytes")}}
-
-    def load(self, weights_dir: Path, size: int = 1) -> HeadModel:
-        cfg = read_config(weights_dir)
-        ranges = [(cfg.semantic_begin_id, cfg.semantic_end_id + 1), (cfg.im_end_id, cfg.im_end_id + 1)]
-        return HeadModel(cfg, load_rows(weights_dir, head_tensor_name(cfg), ranges))
-
-    def build(self, model: HeadModel) -> nn.Module:
-        return LMHeadModule(model).eval()
-
-    def scenario(self, model: HeadModel, size: int, reference: dict):
-        """One call per frame of the reference run: its final-normed slow state in, upstream's
-        logits of the restricted rows expected."""
-        sc = self.teacher_forced(reference["slow_hidden"])
-        logits = reference["slow_logits"][:, restricted_ids(self.cfg)]
-        return sc, [{"logits": row.reshape(1, 1, -1).astype(np.float32)} for row in logits]
-
-    def logits_outputs(self) -> tuple[str, ...]:
-        return ("logits",)
-
-    def teacher_forced(self, hidden: np.ndarray) -> Scenario:
-        """One call per row of `hidden` (N, dim): each a frame's final-normed slow state."""
-        fns = {f.name: f for f in self.functions()}
-        calls = tuple(Call("logits", {"hidden": np.asarray(h, np.float32).reshape(1, 1, -1)}) for h in hidden)
-        return Scenario(f"lm_head_{len(calls)}", fns, calls)
-
-    def bytes_per_token(self) -> dict:
-        """fp16 weight bytes the head reads per generated token: restricted vs the full head."""
-        s = self.cfg.slow
-        return {"restricted_rows": self.rows, "full_rows": s.vocab_size,
-                "restricted_bytes": self.rows * s.dim * FP16_BYTES, "full_bytes": s.vocab_size * s.dim * FP16_BYTES}
-
-    def token(self, logits: np.ndarray) -> int:
-        """The greedy token id from restricted logits (the last axis)."""
-        return int(restricted_ids(self.cfg)[int(np.argmax(np.asarray(logits).reshape(-1)))])
+def load_head(weights_dir: Path, cfg: FishConfig) -> torch.Tensor:
+    """The restricted head (n_semantic + 1, dim), fp32: rows in `restricted_ids` order."""
+    ranges = [(cfg.semantic_begin_id, cfg.semantic_end_id + 1), (cfg.im_end_id, cfg.im_end_id + 1)]
+    return load_rows(weights_dir, head_tensor_name(cfg), ranges)
