@@ -13,7 +13,7 @@ from anetts.verify.parity import score_export
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 gate = Gate.make(**p.gate)
 # weights the stage keeps at its precision in every variant (Stage.uncompressed_weights)
-uncompressed = json.loads(Path(inp.export_report).read_text(encoding="utf-8")).get("uncompressed_weights", [])
+uncompressed = json.loads(Path(inp.export_report).read_text(encoding="utf-8"))["uncompressed_weights"]
 
 
 def score(package):

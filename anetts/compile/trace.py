@@ -114,6 +114,7 @@ def trace_stage(family: Family, stage_name: str, size: int, weights_dir: Path, m
         "valid_regions": {t.name: (list(regions[t.name]) if regions.get(t.name) is not None else None)
                           for t in spec.outputs},
         "trace_vs_eager": errors,
+        "uncompressed_weights": list(stage.uncompressed_weights()),
         # trace: the recording pass (it computes the eager outputs) and the replay; traced_forward:
         # one call of the traced module, the torch baseline of parity's time ratios
         "seconds": {"prepare": round(t1 - t0, 3), "trace": round(t2 - t1, 3),
