@@ -37,6 +37,11 @@ def test_reference_decode_is_deterministic_and_saved(fish_tiny, fish_reference, 
     assert ((first["semantic_tokens"] >= cfg.semantic_begin_id) | (first["semantic_tokens"] == cfg.im_end_id)).all()
     assert (first["codes"][:, 0] == first["semantic_tokens"] - cfg.semantic_begin_id).all()
     assert len(set(first["codes"][:, 1:].ravel().tolist())) > 5  # fast AR codes are not degenerate
+    # the prefill's every prompt row at the head's rows (the last chunk's `logits`): its last row is frame 0's step
+    ids = list(cfg.restricted_ids)
+    assert first["prefill_head_logits"].shape == (prompt.shape[1], cfg.n_semantic + 1)
+    assert np.array_equal(first["prefill_head_logits"][-1], first["slow_logits"][0][ids])
+    assert np.array_equal(first["prefill_slow_hidden"][-1], first["slow_hidden"][0])
 
     saved = R.write_reference(fish_tiny, tmp_path / "ref" / "fish-tiny.npz")
     on_disk = np.load(tmp_path / "ref" / "fish-tiny.npz")
@@ -73,10 +78,19 @@ def test_half_split_rope_fails_the_comparison(fish_reference, raw_state):
 
 def test_pre_norm_fast_input_changes_the_codes(fish_tiny, fish_reference):
     """Adaptation 3 matters: fish-speech 0.1.0 as shipped (pre-norm fast input) decodes other codes."""
-    from fish_speech.models.text2semantic.llama import DualARTransformer
+    from fish_speech.models.text2semantic.llama import BaseTransformer, DualARTransformer
+
+    class AsShipped(DualARTransformer):
+        """DualARTransformer.forward_generate, with BaseTransformer's `return_all` passed on (the
+        reference's prefill asks for every prompt row's logits)."""
+
+        def forward_generate(self, inp, input_pos=None, audio_masks=None, audio_parts=None, return_all=False):
+            r = BaseTransformer.forward_generate(self, inp, input_pos, audio_masks, audio_parts, return_all)
+            r.hidden_states = self.fast_project_in(r.hidden_states)
+            return r
 
     model, cfg, prompt, ref = fish_reference
-    plain = DualARTransformer(R.model_args(cfg), tokenizer=R.SemanticIds(cfg))
+    plain = AsShipped(R.model_args(cfg), tokenizer=R.SemanticIds(cfg))
     plain.load_state_dict({k: v.float() for k, v in R.stored_tensors(model).items()})
     out = R.reference_decode(plain.eval(), cfg, prompt, n_frames=2)
     assert np.allclose(out["slow_logits"][0], ref["slow_logits"][0], atol=1e-5)  # slow logits agree...
