@@ -32,7 +32,7 @@ from anetts.weights import materialize_weights  # noqa: E402
 from anetts.options import ConvertOptions, Gate  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 from anetts.verify.metrics import top1_agreement  # noqa: E402
-from anetts.verify.parity import _valid  # noqa: E402
+from anetts.verify.parity import valid_part  # noqa: E402
 from anetts.verify.scenario import per_call_db, record_eager, run_scenario  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def scenario_figures(name, package, module, scenario, gate, logits=False, pertur
         played = play_mil(package, scenario)
 
         def rows(out, k, call):
-            return _valid(np.asarray(out[k]), call.valid.get(k)).reshape(-1, out[k].shape[-1])
+            return valid_part(np.asarray(out[k]), call.valid.get(k)).reshape(-1, out[k].shape[-1])
 
         got = [rows(o, k, c) for o, k, c in zip(played, keys, scenario.calls)]
         want = [rows(r, k, c) for r, k, c in zip(ref, keys, scenario.calls)]

@@ -30,7 +30,7 @@ from anetts.families import declaration
 from anetts.provenance import provenance
 from anetts.stage import Family
 from anetts.verify.metrics import compare, logit_rows, top1_agreement
-from anetts.verify.parity import _valid
+from anetts.verify.parity import valid_part
 from anetts.verify.scenario import record_eager
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
     for i, (e, u) in enumerate(zip(eager, upstream)):
         valid = scenario.calls[i].valid
         for name, want in u.items():
-            got, ref = _valid(e[name], valid.get(name)), _valid(want, valid.get(name))
+            got, ref = valid_part(e[name], valid.get(name)), valid_part(want, valid.get(name))
             db = compare(ref, got)["snr_db"]
             worst[name] = min(worst.get(name, np.inf), db)
             per_output.setdefault(name, []).append(round(float(db), 2))
@@ -143,8 +143,8 @@ def export_scenario_stage(family: Family, stage_name: str, bucket: str, size: in
     for name in stage.logits_outputs():  # over each call's valid rows (a padded prefill block's are not)
         calls = [i for i, u in enumerate(upstream) if name in u]
         regions = [scenario.calls[i].valid.get(name) for i in calls]
-        top1[name] = top1_agreement(logit_rows(_valid(upstream[i][name], r) for i, r in zip(calls, regions)),
-                                    logit_rows(_valid(eager[i][name], r) for i, r in zip(calls, regions)))
+        top1[name] = top1_agreement(logit_rows(valid_part(upstream[i][name], r) for i, r in zip(calls, regions)),
+                                    logit_rows(valid_part(eager[i][name], r) for i, r in zip(calls, regions)))
 
     expected = [{**{k: v for k, v in e.items() if k.startswith("state/")}, **u} for e, u in zip(eager, upstream)]
     first_call = {}

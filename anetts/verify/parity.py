@@ -55,7 +55,9 @@ def raise_failed(report: dict, out_json: Path, why: str):
     raise ParityError(f"{why}; report: {failed}")
 
 
-def _valid(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
+def valid_part(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
+    """The first `n` entries of `array` along `axis` for a region (axis, n); all of it for None
+    (the valid part of an output or state that parity and top-1 compare)."""
     if region is None:
         return array
     axis, n = region
@@ -65,8 +67,8 @@ def _valid(array: np.ndarray, region: tuple[int, int] | None) -> np.ndarray:
 def _score(spec, outputs: dict, reference: dict, regions: dict, gate: Gate) -> dict:
     per_output, worst, exact_ok = {}, None, True
     for t in spec.outputs:
-        ref = _valid(reference[t.name], regions.get(t.name))
-        got = _valid(np.asarray(outputs[t.name]).reshape(reference[t.name].shape), regions.get(t.name))
+        ref = valid_part(reference[t.name], regions.get(t.name))
+        got = valid_part(np.asarray(outputs[t.name]).reshape(reference[t.name].shape), regions.get(t.name))
         m = compare(ref, got)
         if t.dtype == "int32":
             m["exact_fraction"] = exact_match_fraction(ref, got)
@@ -163,8 +165,8 @@ def run_parity(package: Path, scenario: Path, export_report: Path, gate: Gate,
     arrays = {}
     for t in spec.outputs:
         region = regions.get(t.name)
-        arrays[f"reference/{t.name}"] = _valid(reference[t.name], region)
-        arrays[f"{executor}/{t.name}"] = _valid(np.asarray(out[t.name]).reshape(reference[t.name].shape), region)
+        arrays[f"reference/{t.name}"] = valid_part(reference[t.name], region)
+        arrays[f"{executor}/{t.name}"] = valid_part(np.asarray(out[t.name]).reshape(reference[t.name].shape), region)
     return {
         "stage": stage_name,
         "bucket": spec.bucket,
@@ -241,7 +243,7 @@ def check_bundle_parity(stage_name: str, buckets: list[str], bundle: Path, expor
         with np.load(ref_path) as z:
             reference = {t.name: z[f"reference/{t.name}"] for t in spec.outputs}
         out, seconds = _timed(lambda: program.run(function_name(bucket), inputs))
-        valid_out = {t.name: _valid(np.asarray(out[t.name]).reshape(t.shape), regions.get(t.name)) for t in spec.outputs}
+        valid_out = {t.name: valid_part(np.asarray(out[t.name]).reshape(t.shape), regions.get(t.name)) for t in spec.outputs}
         scored = _score(spec, valid_out, reference, {}, gate)
         functions[bucket] = {"function": function_name(bucket), **scored, "seconds": seconds}
     summary = {"stage": stage_name, "bundle": Path(bundle).name, "gate": asdict(gate),

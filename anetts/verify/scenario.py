@@ -28,7 +28,7 @@ from anetts.artifacts import atomic_outputs
 from anetts.provenance import provenance
 from anetts.stage import FunctionSpec
 from anetts.verify.metrics import compare
-from anetts.verify.parity import Gate, ParityError, _score, _valid, write_verdict
+from anetts.verify.parity import Gate, ParityError, _score, valid_part, write_verdict
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +227,8 @@ def _score_call(scenario: Scenario, i: int, outputs: Mapping[str, np.ndarray], s
             key = _STATE + name
             if key not in reference:
                 raise ParityError(f"scenario {scenario.name}: call {i} reference lacks {key}")
-            ref = _valid(np.asarray(reference[key], np.float32), tuple(region))
-            got = _valid(np.asarray(states[name], np.float32), tuple(region))
+            ref = valid_part(np.asarray(reference[key], np.float32), tuple(region))
+            got = valid_part(np.asarray(states[name], np.float32), tuple(region))
             scored_states[name] = compare(ref, got)
     worst = scored["min_snr_db"]
     passed = scored["passed"]

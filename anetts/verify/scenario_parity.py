@@ -17,7 +17,7 @@ import numpy as np
 from anetts.options import Gate
 from anetts.provenance import provenance
 from anetts.verify.metrics import logit_rows, top1_agreement
-from anetts.verify.parity import _valid, write_verdict
+from anetts.verify.parity import valid_part, write_verdict
 from anetts.verify.scenario import load_scenario, run_scenario
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,8 @@ def run_scenario_parity(package: Path, scenario_npz: Path, export_report: Path, 
         for out in logits:  # over each call's valid rows (a padded prefill block's are not)
             calls = [i for i, _ in kept[out]]
             regions = [scenario.calls[i].valid.get(out) for i in calls]
-            want_calls = [_valid(np.asarray(expected[i][out]), r) for i, r in zip(calls, regions)]
-            got_calls = [_valid(np.asarray(v).reshape(np.shape(expected[i][out])), r)
+            want_calls = [valid_part(np.asarray(expected[i][out]), r) for i, r in zip(calls, regions)]
+            got_calls = [valid_part(np.asarray(v).reshape(np.shape(expected[i][out])), r)
                          for (i, v), r in zip(kept[out], regions)]
             want, got = logit_rows(want_calls), logit_rows(got_calls)
             call_of_row = np.repeat(calls, [c.size // want.shape[-1] for c in want_calls])
