@@ -68,7 +68,7 @@ class FishConfig:
 
     @property
     def restricted_ids(self) -> tuple[int, ...]:
-        """Token id of each row of the restricted head (`lm_head`): the semantic ids in order, then
+        """Token id of each row of the restricted head (the last slow chunk's `logits`): the semantic ids in order, then
         <|im_end|> (kept here, torch-free, for the runtime's sampler)."""
         return (*range(self.semantic_begin_id, self.semantic_end_id + 1), self.im_end_id)
 
