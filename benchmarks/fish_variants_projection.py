@@ -12,7 +12,14 @@ a gate are read from their `.failed.json`. Writes the table as JSON with -o.
     python benchmarks/fish_variants_projection.py -o benchmarks/results/fish_variants_projection.json
 
 `--variants FILE` adds the `variants:` of FILE to the config's, as `snakemake --configfile FILE`
-merges them; the slow-AR-only variants (benchmarks/fish_slow_variants.yaml) were measured so:
+merges them. The all-AR curve (benchmarks/fish_ar_variants.yaml) was measured so:
+
+    snakemake -c2 --keep-going --configfile benchmarks/fish_ar_variants.yaml --config model=fish-tiny \
+        -- artifacts/fish-tiny/variants/f-{int8,lut8,lut6,int4b32,lut4}/manifest.json
+    python benchmarks/fish_variants_projection.py --variants benchmarks/fish_ar_variants.yaml \
+        -o benchmarks/results/fish_variants_projection.json
+
+and the slow-AR-only variants (benchmarks/fish_slow_variants.yaml) so:
 
     snakemake -c2 --keep-going --configfile benchmarks/fish_slow_variants.yaml --config model=fish-tiny \
         -- artifacts/fish-tiny/variants/fish-slow-{int8,lut6,lut4,int4}/manifest.json
