@@ -303,6 +303,10 @@ class WorkflowConfig:
                           _PKG / "options.py", _PKG / "runtime" / "runners.py",
                           _PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py"])
 
+    def bundle_parity_code(self) -> list[str]:
+        """parity's code and the program comparison that spares a bundle's functions their runs."""
+        return self.parity_code() + self._rel([_PKG / "mil" / "compare.py"])
+
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
 

@@ -29,9 +29,12 @@ rule bundle:
 
 
 rule bundle_parity:
-    """Each bundle function against the upstream eager output stored by its bucket's parity job."""
+    """Each bundle function against the upstream eager output stored by its bucket's parity job: a
+    function that is its verified package's program again is scored by that package's outputs, any
+    other is run."""
     input:
         bundle=PATHS["bundle"],
+        packages=lambda w: [WF.package(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)],
         scenarios=lambda w: [
             WF.export_files(w.model, w.stage, b)["scenario"]
             for b in WF.buckets(w.model, w.stage)
@@ -40,10 +43,10 @@ rule bundle_parity:
             WF.export_files(w.model, w.stage, b)["report"]
             for b in WF.buckets(w.model, w.stage)
         ],
-        reference_arrays=lambda w: [
+        parity_arrays=lambda w: [
             WF.parity_arrays(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)
         ],
-        code=WF.parity_code(),
+        code=WF.bundle_parity_code(),
     output:
         PATHS["bundle_parity"],
     log:

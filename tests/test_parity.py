@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,8 +59,9 @@ def f0ntrain_packages(tiny_weights, tiny_model, tmp_path_factory):
     return out
 
 
-def _parity(d, package: str):
-    """Score a package against the good export's eager reference (what the DAG's parity job does)."""
+def _parity(d, package):
+    """Score a package (a name in `d`, or a path) against the good export's eager reference (what
+    the DAG's parity job does)."""
     return run_parity(d / package, d / "good.scenario.npz", d / "good.export.json", Gate.make())
 
 
@@ -84,3 +86,34 @@ def test_perturbed_package_is_rejected(f0ntrain_packages, tmp_path):
         check_parity(report, tmp_path / "3s.json")
     assert not (tmp_path / "3s.json").exists(), "a failed gate must not leave a passing-looking report"
     assert (tmp_path / "3s.failed.json").exists()
+
+
+def test_a_bundle_is_held_to_its_verified_packages(f0ntrain_packages, tmp_path):
+    """A bundle function that is its verified package's program again is scored by the package's
+    stored outputs and not run; any other is run: one bundled from other weights fails the gate."""
+    from anetts.artifacts import failed_report_path
+    from anetts.compile.bundle import bundle_packages
+    from anetts.verify.parity import check_bundle_parity
+
+    d = f0ntrain_packages
+    # macOS14 (iOS17 ops, as the iOS18 bundle's): its gather is the bundle's; macOS13's gains an input
+    convert_package(d / "good.functions", d / "good.export.json", tmp_path / "good14.mlpackage",
+                    tmp_path / "good14.json", ConvertOptions.make(deployment_target="macOS14"), META)
+
+    def bundle_parity(verified: Path, source: Path, out: str) -> dict:
+        check_parity(_parity(d, verified), tmp_path / "3s.json", tmp_path / "3s.npz")
+        bundle_packages({"b3s": source}, tmp_path / f"{out}.mlpackage", default_function="b3s")
+        return check_bundle_parity("f0ntrain", ["3s"], tmp_path / f"{out}.mlpackage", [verified],
+                                   [d / "good.export.json"], [d / "good.scenario.npz"], [tmp_path / "3s.npz"],
+                                   Gate.make(), tmp_path / f"{out}.parity.json")["functions"]["3s"]
+
+    same = bundle_parity(tmp_path / "good14.mlpackage", tmp_path / "good14.mlpackage", "same")
+    assert same["passed"] and same["same_program_as"] == str(tmp_path / "good14.mlpackage") and "ran" not in same
+    assert same["min_snr_db"] == json.loads((tmp_path / "3s.json").read_text())["backends"]["mil"]["min_snr_db"]
+    ran = bundle_parity(d / "good.mlpackage", d / "good.mlpackage", "ran")
+    assert ran["passed"] and ran["ran"].startswith("gather op") and "same_program_as" not in ran
+    with pytest.raises(ParityError, match=r"bundle f0ntrain: functions \['3s'\] failed the parity gate"):
+        bundle_parity(d / "good.mlpackage", d / "bad.mlpackage", "bad")
+    assert not (tmp_path / "bad.parity.json").exists()
+    failed = json.loads(failed_report_path(tmp_path / "bad.parity.json").read_text())["functions"]["3s"]
+    assert "ran" in failed and failed["min_snr_db"] < 35

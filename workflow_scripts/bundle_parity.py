@@ -7,5 +7,6 @@ log = setup(snakemake, coremltools=True)
 from anetts.verify.parity import Gate, check_bundle_parity
 
 inp = snakemake.input
-check_bundle_parity(snakemake.wildcards.stage, list(snakemake.params.buckets), inp.bundle, list(inp.export_reports),
-                    list(inp.scenarios), list(inp.reference_arrays), Gate.make(**snakemake.params.gate), snakemake.output[0])
+check_bundle_parity(snakemake.wildcards.stage, list(snakemake.params.buckets), inp.bundle, list(inp.packages),
+                    list(inp.export_reports), list(inp.scenarios), list(inp.parity_arrays),
+                    Gate.make(**snakemake.params.gate), snakemake.output[0])

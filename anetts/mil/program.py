@@ -49,9 +49,9 @@ class InputSpec:
 
 
 class _Step:
-    __slots__ = ("fn", "argspec", "outs", "checks", "free", "op_type", "op_name")
+    __slots__ = ("fn", "argspec", "outs", "checks", "free", "op_type", "op_name", "opset_boundaries")
 
-    def __init__(self, fn, argspec, outs, checks, op_type, op_name):
+    def __init__(self, fn, argspec, outs, checks, op_type, op_name, opset_boundaries=frozenset()):
         self.fn = fn
         self.argspec = argspec
         self.outs = outs
@@ -59,6 +59,7 @@ class _Step:
         self.free: tuple[str, ...] = ()
         self.op_type = op_type
         self.op_name = op_name
+        self.opset_boundaries = opset_boundaries  # Node.opset_at_least's versions
 
 
 class _Function:
@@ -365,7 +366,7 @@ def _make_step(op, node: Node, kernel: Kernel) -> _Step:
             argspec.append(resolved[0])
     outs = tuple(n for n, _ in op.outputs)
     checks = tuple(_check_for(t) for _, t in op.outputs)
-    return _Step(kernel.fn, tuple(argspec), outs, checks, op.type, op.name)
+    return _Step(kernel.fn, tuple(argspec), outs, checks, op.type, op.name, frozenset(node.opset_boundaries))
 
 
 def _plan_frees(f: _Function) -> None:

@@ -84,8 +84,17 @@ class Node:
         self.widen_weights = widen_weights
         self.type = op.type
         self.name = op.name
-        self.opset = opset_version
+        self._opset = opset_version
+        # the opset versions at which this op's kernel changes behaviour (`opset_at_least`)
+        self.opset_boundaries: set[int] = set()
         self._var_types = var_types
+
+    def opset_at_least(self, version: int) -> bool:
+        """Whether the program's opset is `version` (17: iOS17) or later. The one way a builder reads
+        the opset: each version asked is recorded, so two programs alike but for their opsets are
+        known to run alike unless one of these lies between them (`anetts.mil.compare`)."""
+        self.opset_boundaries.add(version)
+        return self._opset >= version
 
     # ----------------------------------------------------------------- inputs
     def has(self, param: str) -> bool:

@@ -160,3 +160,39 @@ def test_program_text_is_rendered_only_for_debug_logging():
             assert str(prog) == full
     finally:
         logger.setLevel(level)
+
+
+class Lookup(nn.Module):
+    """An embedding: a gather on run-time indices."""
+
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(10, 8)
+
+    def forward(self, ids):
+        return self.e(ids)
+
+
+def test_a_bundle_function_is_its_package_again(bundle, buckets, tmp_path, convert_module, load_program):
+    """A bundle re-serialises each macOS13 (iOS16 opset) package at iOS18: the same ops on the same
+    values, which `function_difference` holds it to, or names what differs."""
+    from anetts.mil.compare import function_difference, package_function
+    from anetts.mil.errors import MilLoadError
+
+    out, _ = bundle
+    prog = load_program(out)
+    assert function_difference(prog, "t16", package_function(buckets["t16"])) is None
+    assert function_difference(prog, "t40", package_function(buckets["t40"])) is None
+    assert "inputs" in function_difference(prog, "t16", package_function(buckets["t40"]))
+    torch.manual_seed(1)  # the same layers with other weights
+    other = tmp_path / "other.mlpackage"
+    convert_module(Tiny().eval(), {"x": torch.randn(1, 96, 16)}, other)
+    assert "holds another value" in function_difference(prog, "t16", package_function(other))
+    with pytest.raises(MilLoadError, match="no such package"):
+        package_function(tmp_path / "missing.mlpackage")
+    # iOS17's gather takes validate_indices: the bundle gives the iOS16 op one, so it is not the same op
+    lookup = tmp_path / "lookup.mlpackage"
+    convert_module(Lookup().eval(), {"ids": torch.zeros(1, 5, dtype=torch.int32)}, lookup)
+    bundle_packages({"t5": lookup}, tmp_path / "lookups.mlpackage", default_function="t5")
+    why = function_difference(load_program(tmp_path / "lookups.mlpackage"), "t5", package_function(lookup))
+    assert why.startswith("gather op") and "validate_indices" in why

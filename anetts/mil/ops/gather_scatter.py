@@ -25,7 +25,7 @@ _MODES = ("update", "add", "sub", "mul", "div", "max", "min")
 
 
 def _index_checker(node: Node):
-    allow_negative = node.opset < 17
+    allow_negative = not node.opset_at_least(17)
     validate = node.bool("validate_indices", False) if node.has("validate_indices") else False
     name = node.type
 

@@ -38,10 +38,10 @@ def _static_or_name(node: Node, name: str, conv=lambda v: [int(x) for x in np.as
 
 
 # ------------------------------------------------------------------------ reshape
-def _resolve_shape(x_shape, shape, opset: int) -> list[int]:
+def _resolve_shape(x_shape, shape, ios17: bool) -> list[int]:
     shape = list(shape)
     rank = len(x_shape)
-    if opset >= 17:
+    if ios17:
         for i, s in enumerate(shape):
             if s == 0:
                 j = rank - (len(shape) - i)
@@ -56,16 +56,17 @@ def _resolve_shape(x_shape, shape, opset: int) -> list[int]:
 
 @register("reshape")
 def _reshape(node: Node) -> Kernel:
-    opset = node.opset
     shape = node.ints("shape") if node.is_const("shape") else None
     out_shape = node.out_shape
     if shape is not None and out_shape is not None and None not in out_shape and -1 not in shape and 0 not in shape:
         fixed = tuple(shape)
         return Kernel(lambda x: x.reshape(fixed), ["x"])
+    # what a 0 in the shape means changed at iOS17; a constant shape without one reads the same in every opset
+    ios17 = node.opset_at_least(17) if shape is None or 0 in shape else True
 
     def run(x, s):
         s = shape if s is None else ints(s)
-        return x.reshape(_resolve_shape(tuple(x.shape), s, opset))
+        return x.reshape(_resolve_shape(tuple(x.shape), s, ios17))
 
     return Kernel(run, ["x", Fixed(None) if shape is not None else "shape"])
 
