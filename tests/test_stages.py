@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from anetts.families import get_family
-from anetts.models.kokoro.reference import example_for_seconds, upstream_intermediates
+from anetts.models.kokoro.reference import (example_for_seconds, example_token_ids, upstream_frames,
+                                            upstream_intermediates)
 
 FAMILY = get_family("kokoro")
 
@@ -29,6 +30,27 @@ def test_reference_fills_part_of_the_bucket(reference_3s):
     assert 0.3 * 120 < frames <= 120
     # synthetic weights are calibrated to real durations (≈2.8 frames/token), not random init's ≈25
     assert 1.5 < frames / len(reference_3s["pred_dur"]) < 5
+
+
+def test_the_example_search_counts_frames_without_decoding(tiny_model, reference_3s):
+    """The search for a bucket's example needs only each candidate's frame count: upstream's forward
+    stopped before F0/N and the decoder, the count its full forward gives."""
+    decoded = []
+    hook = tiny_model.decoder.register_forward_pre_hook(lambda _m, _a: decoded.append(1))
+    ref_s = torch.from_numpy(reference_3s["ref_s"])
+    try:
+        for n_tokens in (8, 30, 60):
+            ids = example_token_ids(tiny_model.vocab, n_tokens)
+            frames = upstream_frames(tiny_model, ids, ref_s)
+            assert not decoded
+            assert frames == int(upstream_intermediates(tiny_model, ids, ref_s)["pred_dur"].sum())
+            decoded.clear()
+        # the example itself: its text's full forward, whose frames fit the bucket
+        ids = reference_3s["input_ids"].tolist()
+        assert upstream_frames(tiny_model, ids, ref_s) == int(reference_3s["pred_dur"].sum())
+    finally:
+        hook.remove()
+    assert not tiny_model.predictor.shared._forward_pre_hooks  # the stop hook is gone
 
 
 def test_duration_matches_upstream(tiny_model, tiny_weights):

@@ -70,6 +70,29 @@ def upstream_intermediates(model, input_ids: list[int], ref_s: torch.Tensor, spe
     return out
 
 
+class _FramesKnown(Exception):
+    """Stops a forward once its frame count is known."""
+
+
+@torch.no_grad()
+def upstream_frames(model, input_ids: list[int], ref_s: torch.Tensor, speed: float = 1.0) -> int:
+    """`pred_dur.sum()` of `KModel.forward_with_tokens` on these ids: the same forward, stopped where
+    the F0/N predictor takes the aligned features (`en`, one column per frame), so nothing after the
+    durations (F0/N, text encoder, decoder, vocoder) runs."""
+    def stop(_mod, args):
+        raise _FramesKnown(args[0].shape[-2])  # en transposed: (1, frames, channels)
+
+    hook = model.predictor.shared.register_forward_pre_hook(stop)
+    try:
+        model.forward_with_tokens(torch.tensor([input_ids]), ref_s, speed)
+    except _FramesKnown as known:
+        return int(known.args[0])
+    finally:
+        hook.remove()
+    raise RuntimeError("upstream's forward never reached predictor.shared: the search for a bucket's example "
+                       "needs the installed kokoro's forward_with_tokens to run its F0/N predictor")
+
+
 def voice_row(voice: torch.Tensor, n_tokens: int) -> torch.Tensor:
     """Upstream picks `voice[len(phonemes) - 1]`; ids carry two extra 0 pads."""
     return voice[max(n_tokens - 2, 1) - 1]
@@ -82,13 +105,13 @@ def example_for_seconds(model, weights_dir: Path, seconds: int, voice_name: str,
     voice = load_voice(weights_dir, voice_name if voice_name in list_voices(weights_dir) else list_voices(weights_dir)[0])
     capacity = KOKORO.frames(seconds)
     n_tokens = min(510, max(4, int(FILL * capacity / 2.8)))
-    while True:
+    while True:  # the longest text that fills at most FILL of the bucket; only durations are needed
         ids = example_token_ids(model.vocab, n_tokens)
-        ref = upstream_intermediates(model, ids, voice_row(voice, len(ids)), seed=seed)
-        frames = int(ref["pred_dur"].sum())
+        frames = upstream_frames(model, ids, voice_row(voice, len(ids)))
         if frames <= FILL * capacity or n_tokens <= 4:
             break
         n_tokens = max(4, int(n_tokens * FILL * capacity / frames))
+    ref = upstream_intermediates(model, ids, voice_row(voice, len(ids)), seed=seed)
     if frames > capacity:
         raise ValueError(f"example for {seconds}s bucket has {frames} frames > capacity {capacity}")
     ref["input_ids"] = np.asarray(ids, dtype=np.int64)
