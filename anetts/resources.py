@@ -141,6 +141,19 @@ def disk_mb(input_mb: float, output_mb: float) -> int:
     return max(DISK_FLOOR_MB, _round_up(DISK_HEADROOM * (input_mb + output_mb), 100))
 
 
+def inputs_mb(paths) -> float:
+    """MiB of a job's inputs, a directory counted by the files under it. Snakemake's `input.size_mb`
+    takes a directory's own entry (a few kB), so a convert of a 3 GB export (a directory) declared
+    the disk of its small files alone."""
+    total = 0
+    for path in map(Path, paths):
+        if path.is_dir():
+            total += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        elif path.exists():
+            total += path.stat().st_size
+    return total / MIB
+
+
 class RuleResources:
     """What the rules declare: `threads: RES.threads("export")`, `resources: **RES.of("export")`.
 
@@ -264,7 +277,7 @@ class RuleResources:
             return self._check_cap(rule, wildcards, "runtime", value)
 
         def disk(wildcards, input):
-            value = self.declared(rule, *job(wildcards), input_mb=input.size_mb)["disk_mb"]
+            value = self.declared(rule, *job(wildcards), input_mb=inputs_mb(input))["disk_mb"]
             return self._check_cap(rule, wildcards, "disk_mb", value)
 
         return {"mem_mb": mem, "runtime": runtime, "disk_mb": disk}

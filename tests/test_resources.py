@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -195,6 +196,28 @@ def test_slurm_dry_run_lists_every_job_with_its_declared_resources(workflow_copy
         assert job["priority"] == RULES[job["rule"]].priority, job
     # the jobs that take both cores and that 1-thread work waits on run first when both are free
     assert {j["rule"] for j in jobs if j["priority"]} == {"reference", "parity"}
+
+
+def test_a_jobs_disk_counts_the_files_of_a_directory_input(tmp_path):
+    """Snakemake sizes a directory input (an export, the weights) by its own entry; the declared
+    disk counts the files under it. A real Snakemake run of a rule whose inputs are a 3 MiB
+    directory and a 1 MiB file: 4 MiB by `inputs_mb`, about 1 by Snakemake's `input.size_mb`."""
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a.bin").write_bytes(b"x" * 2 * resources.MIB)
+    (tmp_path / "d" / "sub" / "b.bin").write_bytes(b"x" * resources.MIB)
+    (tmp_path / "f.bin").write_bytes(b"x" * resources.MIB)
+    (tmp_path / "Snakefile").write_text(
+        "from anetts.resources import inputs_mb\n\n"
+        "rule sizes:\n"
+        "    input: d='d', f='f.bin'\n"
+        "    output: 'sizes.txt'\n"
+        "    resources: disk_mb=lambda w, input: round(inputs_mb(input)), snakemake_mb=lambda w, input: round(input.size_mb)\n"
+        "    shell: 'echo {resources.disk_mb} {resources.snakemake_mb} > {output}'\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "sizes.txt"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "sizes.txt").read_text().split() == ["4", "1"]
 
 
 # -- a real run under --resources ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import warnings
 from collections import Counter
@@ -277,6 +278,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     with atomic_outputs(*outs) as tmps:
         tmp_pkg, tmp_report = tmps[:2]
         mlmodel.save(str(tmp_pkg))
+        drop_temp_package(mlmodel)
         stabilize_package(tmp_pkg)  # the same inputs give the same bytes (sha256)
         io = package_io(tmp_pkg)
         _check_io(spec, io, tmp_pkg)
@@ -312,6 +314,14 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
             write_json(tmps[2], {**info, "package": str(out_package)})
     log.info("converted %s/%s in %.1fs", spec.stage, spec.bucket, report["seconds"]["total"])
     return report
+
+
+def drop_temp_package(mlmodel) -> None:
+    """Delete the package coremltools converted into, once it is saved: coremltools deletes it only at
+    interpreter exit (an atexit hook), so each conversion kept a copy of its weights on disk to the
+    job's end (a multifunction chunk of Fish S2 Pro: one per function). `mlmodel` is unusable after."""
+    if getattr(mlmodel, "is_temp_package", False) and mlmodel.package_path and Path(mlmodel.package_path).is_dir():
+        shutil.rmtree(mlmodel.package_path)
 
 
 def package_bytes(package: Path) -> int:

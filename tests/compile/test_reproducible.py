@@ -52,3 +52,22 @@ def test_saves_on_two_days_stabilize_to_the_same_bytes(tmp_path):
     assert CONVERSION_DATE_KEY not in meta and meta["anetts.stage"] == "demo"  # only the date goes
     entries = json.loads((a / "Manifest.json").read_text())["itemInfoEntries"]
     assert {k: item_identifier(v["path"]) for k, v in entries.items()} == {k: k for k in entries}
+
+
+def test_a_saved_conversion_drops_coremltools_temporary_package(tmp_path):
+    """coremltools converts into a temporary package that it deletes only at interpreter exit; once
+    the model is saved, `drop_temp_package` deletes it, and the saved package is whole."""
+    from pathlib import Path
+
+    from anetts.compile.convert import drop_temp_package
+    from anetts.mil import load_program
+
+    model = tiny_program()
+    temp = Path(model.package_path)
+    assert model.is_temp_package and temp.is_dir()
+    model.save(str(tmp_path / "m.mlpackage"))
+    drop_temp_package(model)
+    assert not temp.exists()
+    x = np.ones((2, 4), np.float32)
+    got = load_program(tmp_path / "m.mlpackage").run({"x": x})["y"]
+    np.testing.assert_allclose(got, x @ (np.arange(12, dtype=np.float32).reshape(3, 4) / 7).T, rtol=1e-2)
