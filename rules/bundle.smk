@@ -34,7 +34,9 @@ rule bundle_parity:
     other is run."""
     input:
         bundle=PATHS["bundle"],
-        packages=lambda w: [WF.package(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)],
+        packages=lambda w: [
+            WF.package(w.model, w.stage, b) for b in WF.buckets(w.model, w.stage)
+        ],
         scenarios=lambda w: [
             WF.export_files(w.model, w.stage, b)["scenario"]
             for b in WF.buckets(w.model, w.stage)
