@@ -183,6 +183,19 @@ def write_json(path: Path, data) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
 
 
+def tree_bytes(path: Path) -> int:
+    """Bytes of a file, or of every file under a directory (a package, an export)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def weight_file_bytes(package: Path) -> int:
+    """Bytes of an .mlpackage's weight files (`Data/**/weights/*`), what compression shrinks."""
+    return sum(p.stat().st_size for p in (Path(package) / "Data").rglob("weights/*") if p.is_file())
+
+
 def tree_sha256(path: Path) -> str:
     """sha256 over a file, or over a directory's relative paths and file contents (sorted)."""
     path = Path(path)

@@ -145,13 +145,9 @@ def inputs_mb(paths) -> float:
     """MiB of a job's inputs, a directory counted by the files under it. Snakemake's `input.size_mb`
     takes a directory's own entry (a few kB), so a convert of a 3 GB export (a directory) declared
     the disk of its small files alone."""
-    total = 0
-    for path in map(Path, paths):
-        if path.is_dir():
-            total += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        elif path.exists():
-            total += path.stat().st_size
-    return total / MIB
+    from anetts.artifacts import tree_bytes
+
+    return sum(tree_bytes(p) for p in map(Path, paths) if p.exists()) / MIB
 
 
 class RuleResources:

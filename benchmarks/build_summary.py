@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_benchmark import job_table  # noqa: E402
-from resources_from_benchmarks import tree_bytes  # noqa: E402
+from anetts.artifacts import tree_bytes  # noqa: E402
 from rule_sums import emit, rule_sums  # noqa: E402
 
 from anetts import artifacts  # noqa: E402

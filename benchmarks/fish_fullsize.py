@@ -180,7 +180,7 @@ def run_job(a) -> dict:
     import torch
 
     from anetts.compile.scenario_export import compile_module as export_stage
-    from anetts.models.fish.stages.chain import package_bytes
+    from anetts.artifacts import tree_bytes
     from anetts.models.fish.weights import read_config
     from anetts.options import ConvertOptions
 
@@ -206,7 +206,7 @@ def run_job(a) -> dict:
            "bundle_s": reports["bundle_seconds"],
            "function_package_bytes": {f.name: reports[f.name]["bytes"] for f in fns},
            "lint": sorted({x.get("rule", str(x)) for f in fns for x in reports[f.name]["lint"]}),
-           "package_bytes": package_bytes(pkg), **param_bytes(module)}
+           "package_bytes": tree_bytes(pkg), **param_bytes(module)}
     if a.job.startswith("slow_chunk"):
         fig["layers"] = [st.start, st.stop]
         fig["kv_state_bytes"] = sum(math.prod(s.shape) * FP16 for s in st.states(a.context))

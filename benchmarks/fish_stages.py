@@ -24,7 +24,8 @@ import torch  # noqa: E402
 
 from anetts.models.fish import reference as R  # noqa: E402
 from anetts.compile.scenario_export import compile_module as export_stage  # noqa: E402
-from anetts.models.fish.stages.chain import package_bytes, play_mil  # noqa: E402
+from anetts.artifacts import tree_bytes  # noqa: E402
+from anetts.models.fish.stages.chain import play_mil  # noqa: E402
 from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage  # noqa: E402
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer  # noqa: E402
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
             bad = None
             if not a.no_perturbed:
                 bad = export_stage(perturbed(module), fns, tmp / "bad", options, meta, st.name)[0]
-            fig = {"package_bytes": package_bytes(pkg),
+            fig = {"package_bytes": tree_bytes(pkg),
                    "seconds": {k: v["seconds"] for k, v in reports.items() if k != "bundle_seconds"},
                    "bundle_seconds": reports["bundle_seconds"],
                    "ops": reports[fns[-1].name]["ops"]}

@@ -69,10 +69,6 @@ def read_benchmark(tsv: Path) -> dict:
     return worst
 
 
-def tree_bytes(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def job_io(workdir: Path, model: str) -> dict:
@@ -94,10 +90,10 @@ def job_io(workdir: Path, model: str) -> dict:
         rule, wildcards = job_key(log, logs, ".log")
         key = (rule, tuple(sorted(wildcards.items())))
         job = jobs.setdefault(key, {"out": 0, "inputs": set()})
-        job["out"] += tree_bytes(workdir / output)
+        job["out"] += artifacts.tree_bytes(workdir / output)
         job["inputs"].update(rec.get("input") or [])
     return {k: {"out_mib": round(j["out"] / MIB, 3),
-                "in_mib": round(sum(tree_bytes(workdir / p) for p in j["inputs"] if (workdir / p).exists()) / MIB, 3)}
+                "in_mib": round(sum(artifacts.tree_bytes(workdir / p) for p in j["inputs"] if (workdir / p).exists()) / MIB, 3)}
             for k, j in jobs.items()}
 
 

@@ -123,7 +123,7 @@ def run_trial(root: Path, model: str, trial: dict) -> dict:
         mlmodel.save(str(pkg))
         stabilize_package(pkg)
         report = run_parity(pkg, p["scenario"], p["export_report"], gate)
-        nbytes, wbytes = C._bytes(pkg), C._weight_bytes(pkg)
+        nbytes, wbytes = artifacts.tree_bytes(pkg), artifacts.weight_file_bytes(pkg)
     mil = report["backends"]["mil"]
     base_bytes = C._bytes(p["base"])
     base_parity = json.loads(p["parity"].read_text())["backends"]["mil"]["min_snr_db"] if p["parity"].exists() else None

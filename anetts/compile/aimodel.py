@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.artifacts import atomic_outputs, clear_outputs, tree_bytes, tree_sha256, write_json
 from anetts.compile.bundle import function_name
 from anetts.compile.convert import PRECISIONS
 from anetts.compile.stamp import package_stamp
@@ -149,7 +149,7 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
             "geometry": spec.geometry,
             "asset": out_asset.name,
             "sha256": tree_sha256(tmp_asset),
-            "bytes": sum(p.stat().st_size for p in tmp_asset.rglob("*") if p.is_file()),
+            "bytes": tree_bytes(tmp_asset),
             "precision": precision,
             "minimum_os": "27",
             **io["functions"][function],

@@ -32,7 +32,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from anetts.artifacts import atomic_outputs, tree_sha256
+from anetts.artifacts import atomic_outputs, tree_bytes, tree_sha256
 from anetts.compile.inspect import (BlobFile, _resolve_blob_path, fp16_bytes, function_io, function_weights,
                                   load_spec, op_counts, package_files)
 from anetts.compile.pipeline_trims import program_text_skipped, validated_once
@@ -63,10 +63,6 @@ def _ct():
         warnings.simplefilter("ignore")
         import coremltools as ct
     return ct
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
 def _io_key(fio: dict) -> dict:
@@ -177,7 +173,7 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
         spec_file.write_bytes(spec.SerializeToString())
         stabilize_package(tmp)  # the same inputs give the same bytes (sha256)
         _verify(tmp, packages, src_io, src_ops, default_function)
-        bundle_bytes = _dir_bytes(tmp)
+        bundle_bytes = tree_bytes(tmp)
         sha = tree_sha256(tmp)
         spec = load_spec(tmp)
 
@@ -204,7 +200,7 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
         "specification_version_sources": versions,
         "spec_upgraded": int(spec.specificationVersion) > max(versions),
         "bundle_bytes": bundle_bytes,
-        "input_bytes_sum": sum(_dir_bytes(p) for p in packages.values()),
+        "input_bytes_sum": sum(tree_bytes(p) for p in packages.values()),
         "weight_bytes_fp16": unique,
         "largest_function_weight_bytes_fp16": weights["largest_function"],
         "per_function_weight_bytes_fp16": weights["per_function"],

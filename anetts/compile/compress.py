@@ -19,7 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from anetts.artifacts import atomic_outputs, clear_outputs, failed_report_path, tree_sha256, write_json
+from anetts.artifacts import (atomic_outputs, clear_outputs, failed_report_path, tree_bytes, tree_sha256,
+                              weight_file_bytes, write_json)
 from anetts.compile.inspect import program_ops
 from anetts.compile.reproducible import stabilize_package
 from anetts.provenance import provenance
@@ -149,12 +150,6 @@ def _kept_consts(spec, uncompressed, where: str, package: Path) -> dict[str, lis
     return kept
 
 
-def _weight_bytes(package: Path) -> int:
-    return sum(p.stat().st_size for p in (Path(package) / "Data").rglob("weights/*") if p.is_file())
-
-
-def _bytes(package: Path) -> int:
-    return sum(p.stat().st_size for p in Path(package).rglob("*") if p.is_file())
 
 
 def _pass(settings: dict, config):
@@ -292,8 +287,8 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
         stabilize_package(tmp_pkg)  # the same inputs give the same bytes (sha256)
         report = score(tmp_pkg)
         report.pop("_arrays", None)  # the base parity job keeps the plot arrays; a variant needs its numbers
-        nbytes, wbytes = _bytes(tmp_pkg), _weight_bytes(tmp_pkg)
-        base_w = _weight_bytes(base_package)
+        nbytes, wbytes = tree_bytes(tmp_pkg), weight_file_bytes(tmp_pkg)
+        base_w = weight_file_bytes(base_package)
         sizes = {"bytes": nbytes, "weight_bytes": wbytes, "base_bytes": base["bytes"], "base_weight_bytes": base_w,
                  "size_ratio": round(nbytes / base["bytes"], 4), "weight_ratio": round(wbytes / base_w, 4) if base_w else None}
         report.update({"variant": variant, "default_gate": asdict(default_gate) if default_gate else None,

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 
-from anetts.artifacts import atomic_outputs, clear_outputs, tree_sha256, write_json
+from anetts.artifacts import atomic_outputs, clear_outputs, tree_bytes, tree_sha256, write_json
 from anetts.compile.inspect import apply_lint_policy, inspect_package
 from anetts.compile.pipeline_trims import program_text_skipped, validated_once
 from anetts.compile.reproducible import stabilize_package
@@ -293,7 +293,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
             "geometry": spec.geometry,
             "package": Path(out_package).name,
             "sha256": tree_sha256(tmp_pkg),
-            "bytes": sum(p.stat().st_size for p in Path(tmp_pkg).rglob("*") if p.is_file()),
+            "bytes": tree_bytes(tmp_pkg),
             "deployment_target": options.deployment_target,
             "precision": options.precision,
             "compute_units": options.compute_units,
@@ -324,14 +324,10 @@ def drop_temp_package(mlmodel) -> None:
         shutil.rmtree(mlmodel.package_path)
 
 
-def package_bytes(package: Path) -> int:
-    return sum(p.stat().st_size for p in Path(package).rglob("*") if p.is_file())
-
-
 def check_size(package: Path, options: ConvertOptions, where: str) -> int:
     """The per-file size lint: Core ML loads a package's weights as one file, and above ~2 GB
     (macOS) or ~1 GB (iOS) it fails or pages; a bigger package needs more chunks."""
-    n = package_bytes(package)
+    n = tree_bytes(package)
     if n > options.max_package_mb * 1e6:
         raise ConversionError(f"{where}: package is {n / 1e6:.1f} MB, above max_package_mb = {options.max_package_mb} "
                               f"(split the stage into more chunks, or raise the limit for a platform that allows it)")

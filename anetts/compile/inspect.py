@@ -23,7 +23,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from anetts.artifacts import atomic_file
+from anetts.artifacts import atomic_file, tree_bytes
 from anetts.units import format_bytes
 
 WIDTH_LIMIT = 16384
@@ -516,7 +516,7 @@ def inspect_package(path) -> dict:
     weight_files = {}
     if weights_dir is not None:
         weight_files = {p.name: p.stat().st_size for p in sorted(weights_dir.iterdir()) if p.is_file()}
-    total_bytes = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
+    total_bytes = tree_bytes(pkg)
 
     functions, all_findings = {}, []
     unique_blobs: dict = {}

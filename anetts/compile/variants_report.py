@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from anetts.artifacts import atomic_outputs, failed_report_path, write_json
+from anetts.artifacts import atomic_outputs, failed_report_path, weight_file_bytes, write_json
 from anetts.compile.manifest import write_manifest
 from anetts.provenance import provenance
 
@@ -68,8 +68,6 @@ def variant_rows(reports: list) -> list[dict]:
     return rows
 
 
-def _weight_bytes(package: Path) -> int:
-    return sum(f.stat().st_size for f in (Path(package) / "Data").rglob("weights/*") if f.is_file())
 
 
 def variant_totals(name: str, reports: list, packages: list, chain: list, settings: dict,
@@ -84,7 +82,7 @@ def variant_totals(name: str, reports: list, packages: list, chain: list, settin
     sizes = [json.loads(Path(r).read_text(encoding="utf-8"))["bytes"] for r in reports]
     weights = {}
     for stage, pkg in zip(stages, packages):
-        weights[stage] = weights.get(stage, 0) + _weight_bytes(pkg)
+        weights[stage] = weights.get(stage, 0) + weight_file_bytes(pkg)
     out = {"variant": name, "compressed_stages": sorted(settings), "bytes": sum(sizes),
            "unique_weight_bytes": sum(weights.values()), "weight_bytes_by_stage": weights, "chain": []}
     for c in chain:

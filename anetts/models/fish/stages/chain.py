@@ -12,10 +12,6 @@ import numpy as np
 from anetts.verify.scenario import Scenario
 
 
-def package_bytes(package: Path) -> int:
-    return sum(p.stat().st_size for p in Path(package).rglob("*") if p.is_file())
-
-
 def play_mil(package: Path, scenario: Scenario) -> list[dict[str, np.ndarray]]:
     """Every call's outputs on the MIL executor's runner, one state carried through (run_scenario
     scores; this keeps the outputs, e.g. for top-1 agreement of logits)."""
