@@ -125,7 +125,7 @@ def run_trial(root: Path, model: str, trial: dict) -> dict:
         report = run_parity(pkg, p["scenario"], p["export_report"], gate)
         nbytes, wbytes = artifacts.tree_bytes(pkg), artifacts.weight_file_bytes(pkg)
     mil = report["backends"]["mil"]
-    base_bytes = C._bytes(p["base"])
+    base_bytes = artifacts.tree_bytes(p["base"])
     base_parity = json.loads(p["parity"].read_text())["backends"]["mil"]["min_snr_db"] if p["parity"].exists() else None
     return {
         "label": trial["label"], "stage": stage, "bucket": bucket, "settings": settings,
