@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from anetts.artifacts import tree_bytes
+
 TABLE_PATH = Path(__file__).with_name("resources_table.json")
 
 # A job's declared memory: the estimated peak RSS (MiB) times this, plus a floor, rounded up.
@@ -145,8 +147,6 @@ def inputs_mb(paths) -> float:
     """MiB of a job's inputs, a directory counted by the files under it. Snakemake's `input.size_mb`
     takes a directory's own entry (a few kB), so a convert of a 3 GB export (a directory) declared
     the disk of its small files alone."""
-    from anetts.artifacts import tree_bytes
-
     return sum(tree_bytes(p) for p in map(Path, paths) if p.exists()) / MIB
 
 

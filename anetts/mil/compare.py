@@ -50,11 +50,7 @@ def _block_difference(a: BlockIR, b: BlockIR) -> str | None:
         return f"outputs {a.outputs} vs {b.outputs}"
     if len(a.ops) != len(b.ops):
         return f"{len(a.ops)} ops vs {len(b.ops)}"
-    for x, y in zip(a.ops, b.ops):
-        why = _op_difference(x, y)
-        if why is not None:
-            return why
-    return None
+    return _first(_op_difference(x, y) for x, y in zip(a.ops, b.ops))
 
 
 def _op_difference(x: OpIR, y: OpIR) -> str | None:
@@ -79,11 +75,13 @@ def _op_difference(x: OpIR, y: OpIR) -> str | None:
                 return f"{where}: input {param!r} is {u.name!r} vs {v.name!r}"
     if len(x.blocks) != len(y.blocks):
         return f"{where}: {len(x.blocks)} blocks vs {len(y.blocks)}"
-    for bx, by in zip(x.blocks, y.blocks):
-        why = _block_difference(bx, by)
-        if why is not None:
-            return f"{where}: {why}"
-    return None
+    why = _first(_block_difference(bx, by) for bx, by in zip(x.blocks, y.blocks))
+    return None if why is None else f"{where}: {why}"
+
+
+def _first(differences) -> str | None:
+    """The first difference that is not None (the rest are not computed)."""
+    return next((why for why in differences if why is not None), None)
 
 
 def _same_value(a: Any, b: Any) -> bool:

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from anetts.artifacts import tree_bytes
+
 from . import ops as _ops  # noqa: F401  (registers all op builders)
 from .dtypes import FLOAT_NAMES, NUMPY_DTYPES, TORCH_DTYPES, to_numpy
 from .errors import MilError, MilInputError, MilLoadError, MilRuntimeError, UnsupportedOpError
@@ -295,7 +297,7 @@ def load_program(package_path: str | os.PathLike) -> MilProgram:
     """
     pkg, spec_file, weights_dir = package_paths(package_path)
     spec = load_spec(spec_file)
-    weight_bytes = sum(f.stat().st_size for f in weights_dir.rglob("*") if f.is_file()) if weights_dir else 0
+    weight_bytes = tree_bytes(weights_dir) if weights_dir else 0
     return program_from_spec(spec, str(weights_dir) if weights_dir else None, package=str(pkg),
                              widen_weights=weight_bytes <= WIDEN_AT_LOAD_MAX_BYTES)
 
