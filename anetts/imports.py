@@ -1,7 +1,7 @@
 """Cheaper imports of third-party packages whose `__init__` loads far more than a build job uses.
 
 A build job run cold (without the job server, anetts.jobserver) is a fresh Python process, so what a
-package imports at start-up is paid once per job (docs/startup.md has the measurements). Two mechanisms, both leaving the process able to import
+package imports at start-up is paid once per job (benchmarks/results/startup_log.md has the measurements). Two mechanisms, both leaving the process able to import
 the packages normally afterwards:
 
 - `submodules(package, *names)`: import `package.<name>` without executing `package/__init__.py`

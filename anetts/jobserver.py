@@ -1,5 +1,6 @@
 """A warm process the build's jobs fork from, so that no job pays the imports of torch, coremltools
-and the family's upstream package again (docs/startup.md measures what they cost each job).
+and the family's upstream package again (docs/startup.md; benchmarks/results/startup_log.md measures
+what they cost each job).
 
 The DAG is unchanged: every rule is still a `script:` job that Snakemake starts, times and reruns as
 before. What changes is where its script runs:

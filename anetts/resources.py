@@ -59,7 +59,8 @@ class RuleSpec:
     # Snakemake's `priority:` (higher first among ready jobs). 1 for the jobs that take both of a
     # 2-core box's cores and that later 1-thread work waits on (a bucket's reference: its exports;
     # a bucket's parity: its stage's bundle): run when both cores are free, they leave the 1-thread
-    # jobs to pair up, rather than one running beside an idle core (docs/startup.md, session 15)
+    # jobs to pair up, rather than one running beside an idle core (docs/startup.md; measured in
+    # benchmarks/results/startup_log.md, session 15)
     priority: int = 0
 
 

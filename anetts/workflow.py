@@ -66,7 +66,7 @@ def check_yaml_syntax(path: str | Path) -> None:
 def _default_filling_validator():
     """Draft 2020-12 with schema defaults filled into every object it checks: what Snakemake's
     `snakemake.utils.validate` does (the jsonschema FAQ's recipe), without its schema re-read through
-    yte and pure-Python YAML, which was most of a no-op run's config cost (docs/startup.md)."""
+    yte and pure-Python YAML, which was most of a no-op run's config cost (benchmarks/results/startup_log.md, round 2)."""
     from jsonschema import Draft202012Validator, validators
 
     check_properties = Draft202012Validator.VALIDATORS["properties"]

@@ -7,7 +7,7 @@ against the per-file limits.
         --command "snakemake all --cores 2 --config model=fish-s2-pro job_server=False" -o OUT.json
 
 Build with `job_server=False`: a warm job's benchmark file has the client's CPU and RSS, not the job's
-(README, "Run on a cluster"). `--run-log` adds what `/usr/bin/time -v` printed for the whole run (its
+(docs/startup.md, "The job server"). `--run-log` adds what `/usr/bin/time -v` printed for the whole run (its
 wall time, and the largest peak RSS of any one process of it), once per run of a resumed build. A job that ran in an earlier run of the
 same build keeps its own benchmark file, so the per-job figures hold for a build resumed after a stop.
 """
@@ -29,7 +29,7 @@ from rule_sums import emit, rule_sums  # noqa: E402
 from anetts import artifacts  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
 
-IOS_FILE_MB = 1000  # the per-file size iOS loads (README, "Fish Audio S2 Pro"); macOS: max_package_mb
+IOS_FILE_MB = 1000  # the per-file size iOS loads (docs/fish-stages.md, "Package size"); macOS: max_package_mb
 MB = 1e6
 
 

@@ -7,7 +7,7 @@ import sys
 def setup(snakemake, torch: bool = True, coremltools: bool = False, huge_pages: bool = False) -> logging.Logger:
     """`torch`: the job runs torch (its thread count is set to the rule's threads); `coremltools`: the
     job writes or reads packages (coremltools imported first, without its unused probes: anetts.imports).
-    Each costs seconds of start-up (docs/startup.md), so a job asks only for what it uses.
+    Each costs seconds of start-up (benchmarks/results/startup_log.md), so a job asks only for what it uses.
     `huge_pages`: torch's CPU allocator backs tensors of 2 MB and more with transparent huge pages
     (its THP_MEM_ALLOC_ENABLE, read at the first such allocation): for jobs that allocate and free large
     tensors in a loop, such as the Fish reference's per-use fp32 weight copies (docs/fish.md)."""

@@ -15,7 +15,7 @@ def validated_once():
     one of its passes (PassPipelineManager.apply_pipeline), even when it runs none:
     `save_multifunction` skips all 104 of them and still validates 108 times. That was 45 % of
     converting Kokoro's generator at 3 s (19.5 -> 12.9 s with one validation) and 72 % of bundling
-    its five buckets, on this project's 2-core box, with the same sha256 (docs/startup.md). Inside
+    its five buckets, on this project's 2-core box, with the same sha256 (benchmarks/results/startup_log.md). Inside
     the context those calls only note the program; the caller runs the yielded `validate_noted`
     when the conversion is done, which validates each noted program once, so a pass that leaves an
     invalid program still fails the conversion (naming the stage, not the pass).
@@ -46,7 +46,7 @@ def program_text_skipped():
 
     `PassPipelineManager.apply_pipeline` formats `f"Program before {pipeline} pipeline:\n{prog}"`
     for `logger.debug` before and after each of its three pipelines, whatever the log level: 21 %
-    of bundling Kokoro's generator (docs/startup.md). Inside the context, unless coremltools'
+    of bundling Kokoro's generator (benchmarks/results/startup_log.md). Inside the context, unless coremltools'
     logger is at DEBUG, a program renders as a one-line summary.
     """
     if logging.getLogger("coremltools").isEnabledFor(logging.DEBUG):
