@@ -10,6 +10,7 @@ from pathlib import Path
 from anetts.artifacts import atomic_file
 from anetts.loader import DEFAULT_MODEL_DIR
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
+from anetts.serve import config as SV
 
 # speak options only one family reads (default None: the runtime's default applies); given to a
 # model of the other family they are refused by name instead of silently ignored
@@ -62,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("-v", "--verbose", action="store_true", help="log more")
     s.set_defaults(func=_speak)
 
-    sv = sub.add_parser("serve", help="serve OpenAI's speech API (/v1/audio/speech) over a built model",
+    # no abbreviations: `--api-key` (the flag that put keys in argv) must not be read as `--api-key-file`
+    sv = sub.add_parser("serve", allow_abbrev=False, help="serve OpenAI's speech API (/v1/audio/speech) over a built model",
                         description="An OpenAI-compatible speech server over a built model (needs the `serve` "
                                     "extra): POST /v1/audio/speech, GET /v1/audio/voices, /v1/models, /health, "
                                     "and a page at / that speaks while it streams.")
@@ -70,15 +72,27 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--backend", choices=EXECUTORS, default=None, help="as for speak")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 (default: none)")
+    sv.add_argument("--api-key-file", type=Path, default=None, metavar="FILE",
+                    help="require 'Authorization: Bearer KEY' on /v1, KEY one of the keys in FILE (one per line); "
+                         "without it, the key in $ANETTS_API_KEY if set, else no key (a single-user server)")
+    sv.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                    help="a Host name clients may reach the server by, besides the loopback names and the bound "
+                         "address (repeatable; needed behind a DNS name)")
     sv.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                    help="allow browser pages from ORIGIN to call the API (repeatable; default: CORS off)")
+                    help="allow browser pages from ORIGIN to call the API (repeatable; default: only the server's "
+                         "own page)")
     sv.add_argument("--workers", type=int, default=1, help="model instances, each serving one request at a time (default 1)")
-    sv.add_argument("--queue", type=int, default=8, help="requests that may wait for a worker; more get 429 (default 8)")
-    sv.add_argument("--timeout", type=float, default=120.0, help="seconds per request, waiting included (default 120)")
-    sv.add_argument("--max-body-bytes", type=int, default=16 << 20, help="largest request body (default 16 MiB)")
-    sv.add_argument("--max-input-chars", type=int, default=4096, help="longest input text (default 4096, OpenAI's)")
+    sv.add_argument("--queue", type=int, default=SV.QUEUE,
+                    help=f"requests that may wait for a worker; more get 429 (default {SV.QUEUE})")
+    sv.add_argument("--timeout", type=float, default=SV.TIMEOUT_S,
+                    help=f"seconds per request, waiting included (default {SV.TIMEOUT_S:g})")
+    sv.add_argument("--max-body-bytes", type=int, default=SV.MAX_BODY_BYTES,
+                    help=f"largest request body (default {SV.MAX_BODY_BYTES >> 20} MiB)")
+    sv.add_argument("--max-input-chars", type=int, default=SV.MAX_INPUT_CHARS,
+                    help=f"longest input text (default {SV.MAX_INPUT_CHARS}, OpenAI's)")
     sv.add_argument("--max-frames", type=int, default=None, help="Fish: most frames per text chunk (46.44 ms each)")
+    sv.add_argument("--header-timeout", type=float, default=SV.HEADER_TIMEOUT_S,
+                    help=f"seconds a client may take to send a request's head (default {SV.HEADER_TIMEOUT_S:g})")
     sv.add_argument("--threads", type=int, default=None, help="torch threads (torch and mil backends)")
     sv.add_argument("-v", "--verbose", action="store_true", help="log more")
     sv.set_defaults(func=_serve)
@@ -252,6 +266,7 @@ def _speak(args) -> int:
 def _serve(args) -> int:
     try:
         from anetts.serve import ServeConfig, run
+        from anetts.serve.guard import read_keys
     except ImportError as e:
         print(f"anetts serve: error: {e.name or e} is missing; install the serve extra: pip install 'ane-tts[serve]'",
               file=sys.stderr)
@@ -261,16 +276,23 @@ def _serve(args) -> int:
     bad = [f"--{k.replace('_', '-')} must be >= {lo}, got {v}" for k, v, lo in
            (("workers", args.workers, 1), ("queue", args.queue, 0), ("timeout", args.timeout, 0.001),
             ("max_body_bytes", args.max_body_bytes, 1), ("max_input_chars", args.max_input_chars, 1),
-            ("port", args.port, 0), ("max_frames", args.max_frames or 1, 1)) if v < lo]
+            ("port", args.port, 0), ("max_frames", args.max_frames or 1, 1),
+            ("header_timeout", args.header_timeout, 0.001)) if v < lo]
     if bad:
         print(f"anetts serve: error: {bad[0]}", file=sys.stderr)
         return 2
-    config = ServeConfig(args.model_dir, backend=args.backend, workers=args.workers, queue=args.queue,
-                         timeout=args.timeout, api_key=args.api_key, cors_origins=args.cors_origin,
-                         max_body_bytes=args.max_body_bytes, max_input_chars=args.max_input_chars,
-                         max_frames=args.max_frames, threads=args.threads)
     try:
-        run(config, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+        keys = read_keys(args.api_key_file)
+    except ValueError as e:
+        print(f"anetts serve: error: {e}", file=sys.stderr)
+        return 2
+    config = ServeConfig(args.model_dir, backend=args.backend, workers=args.workers, queue=args.queue,
+                         timeout=args.timeout, api_keys=keys, host=args.host, allowed_hosts=args.allowed_host,
+                         cors_origins=args.cors_origin, max_body_bytes=args.max_body_bytes,
+                         max_input_chars=args.max_input_chars, max_frames=args.max_frames, threads=args.threads,
+                         header_timeout=args.header_timeout)
+    try:
+        run(config, port=args.port, log_level="info" if args.verbose else "warning")
     except TTSError as e:
         print(f"anetts serve: error: {e}", file=sys.stderr)
         return 1

@@ -66,11 +66,47 @@ def test_non_english_longer_than_the_limit_is_split_not_truncated():
 @pytest.mark.parametrize("voice, lang, code", [
     ("af_heart", None, "a"), ("bm_george", None, "b"), ("jf_alpha", None, "j"), ("zf_xiaobei", None, "z"),
     ("ef_dora", None, "e"), ("ff_siwis", None, "f"), ("hf_alpha", None, "h"), ("if_sara", None, "i"),
-    ("pf_dora", None, "p"), ("syn_a", None, "a"), ("emma", None, "a"), (None, None, "a"),
+    ("pf_dora", None, "p"), ("jf_alpha(0.5)+af_heart(0.5)", None, "j"),
     ("af_heart", "en-gb", "b"), ("af_heart", "J", "j"), ("jf_alpha", "fr-fr", "f"), ("af_heart", "z", "z"),
+    ("emma", "a", "a"), (None, "e", "e"),
 ])
 def test_language_from_voice_or_lang_as_upstream(voice, lang, code):
     assert F.lang_code(lang, voice) == code
+
+
+@pytest.mark.parametrize("voice", ["xf_x", "syn_a", "emma", "/tmp/voice.pt", "", None])
+def test_a_voice_without_a_language_needs_lang(voice):
+    """Upstream's CLI refuses a voice whose first letter is no language; so does the runtime, unless the
+    build's voice_languages.json names the voice's language (the synthetic ones: English)."""
+    with pytest.raises(InputError, match="does not say which language") as e:
+        F.lang_code(None, voice)
+    assert "give lang" in str(e.value) and e.value.field == "lang"
+    assert F.lang_code("a", voice) == "a"
+    assert F.lang_code(None, "syn_a", {"syn_a": "a", "syn_b": "a"}) == "a"
+    assert F.lang_code(None, "syn_b(0.3)+syn_a(0.7)", {"syn_a": "j", "syn_b": "a"}) == "a"  # the first voice's
+
+
+@pytest.mark.parametrize("code, text", [
+    ("j", "吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。何でも薄暗いじめじめした所で"
+          "ニャーニャー泣いていた事だけは記憶している、吾輩はここで始めて人間というものを見た。"),
+    ("z", "我们今天去公园散步，天气很好，阳光明媚。孩子们在草地上奔跑，笑声不断；老人们坐在长椅上聊天。"),
+])
+def test_cjk_is_split_at_its_marks_and_never_inside_a_word(code, text):
+    fe = F.frontend(code)
+    words = fe.segment(text)
+    assert "".join(words) == text and len(words) > 10
+    bounds, at = set(), 0
+    for w in words:
+        at += len(w)
+        bounds.add(at)
+    for limit in (40, 60, 90):
+        chunks = fe.chunks(text, limit)
+        assert len(chunks) >= 2 and all(len(c.phonemes) <= limit for c in chunks)
+        assert "".join(c.text for c in chunks) == text  # nothing lost, no space added
+        ends = [sum(len(c.text) for c in chunks[:i + 1]) for i in range(len(chunks) - 1)]
+        assert all(e in bounds for e in ends), (limit, [c.text for c in chunks])
+    # where a sentence or clause mark is close, the cut is there
+    assert all(c.text[-1] in "。！？、，；：" for c in fe.chunks(text, 90)[:-1])
 
 
 @pytest.mark.parametrize("lang", ["xx-yy", "en", "de", "", "english"])

@@ -66,11 +66,23 @@ def test_no_words_or_too_few_durations_give_no_times():
 def test_caption_files():
     words = [WordTimestamp("Hello", 0.1, 0.5), WordTimestamp(",", 0.5, 0.55), WordTimestamp("world", 0.6, 3725.0)]
     assert json.loads(format_timestamps(words, ".json")) == [
-        {"word": "Hello", "start_time": 0.1, "end_time": 0.5}, {"word": ",", "start_time": 0.5, "end_time": 0.55},
-        {"word": "world", "start_time": 0.6, "end_time": 3725.0}]
+        {"word": "Hello", "start_time": 0.1, "end_time": 0.5}, {"word": "world", "start_time": 0.6, "end_time": 3725.0}]
     assert format_timestamps(words, ".SRT") == (
         "1\n00:00:00,100 --> 00:00:00,500\nHello\n\n2\n00:00:00,600 --> 01:02:05,000\nworld\n")
     assert format_timestamps(words, ".vtt") == (
         "WEBVTT\n\n00:00:00.100 --> 00:00:00.500\nHello\n\n00:00:00.600 --> 01:02:05.000\nworld\n")
     with pytest.raises(ValueError, match=r"\.json, \.srt, \.vtt, got '\.txt'"):
         format_timestamps(words, ".txt")
+
+
+def test_caption_text_is_escaped_and_punctuation_left_out():
+    from anetts.models.kokoro.timestamps import spoken
+
+    words = [WordTimestamp("x-->y", 0.0, 0.5), WordTimestamp("<b>&", 0.5, 1.0), WordTimestamp("—", 1.0, 1.1),
+             WordTimestamp("a\n\nb", 1.1, 1.5)]
+    vtt = format_timestamps(words, ".vtt")
+    assert "x--&gt;y" in vtt and "&lt;b&gt;&amp;" in vtt and "-->y" not in vtt and "—" not in vtt
+    assert vtt.count(" --> ") == 3 and "a b" in vtt  # one timing line per word, each cue one line
+    srt = format_timestamps(words, ".srt")
+    assert srt.count(" --> ") == 3 and "a b" in srt and "\n\n\n" not in srt
+    assert [w.word for w in spoken(words)] == ["x-->y", "<b>&", "a\n\nb"]

@@ -5,17 +5,22 @@
     POST /v1/audio/voices      Fish: register a reference clip and its transcript (multipart), get an id
     GET  /v1/models, /health, / (a page that speaks while it streams)
 
-Needs the ``serve`` extra (FastAPI, uvicorn).
+Settings and limits: :mod:`anetts.serve.config` (no web framework imported); checks before a body is
+read: :mod:`anetts.serve.guard`. Needs the ``serve`` extra (FastAPI, uvicorn).
 """
 from __future__ import annotations
 
-from anetts.serve.app import ServeConfig, create_app
+from anetts.serve.config import ServeConfig
 
-__all__ = ["ServeConfig", "create_app", "run"]
+__all__ = ["ServeConfig", "run"]
 
 
-def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Load the model instances, then serve until interrupted."""
+def run(config: ServeConfig, port: int = 8000, log_level: str = "info") -> None:
+    """Load the model instances, then serve on ``config.host`` until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level)
+    from anetts.serve.app import create_app
+    from anetts.serve.http import protocol_with
+
+    app = create_app(config)
+    uvicorn.run(app, host=config.host, port=port, log_level=log_level, http=protocol_with(config.header_timeout))

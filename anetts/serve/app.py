@@ -1,81 +1,34 @@
-"""The FastAPI application: OpenAI's speech endpoints over the model instances of one build."""
+"""The FastAPI application: OpenAI's speech endpoints over the model instances of one build.
+
+What a request must pass before its body is read (host, origin, key, size) is :mod:`anetts.serve.guard`;
+how many requests run and wait, and for how long, is :mod:`anetts.serve.pool`.
+"""
 from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import logging
-import secrets
 import time
-from dataclasses import dataclass, field
+from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from anetts._version import __version__
+from anetts.runtime.errors import InputError, check_text_unicode
+from anetts.serve import guard
 from anetts.serve.encode import FormatError, StreamEncoder, check_format, encode
 from anetts.serve.errors import APIError, error_body, install
-from anetts.serve.pool import Busy, ModelPool, Slot, TimedOut
-from anetts.serve.speech import MAX_INPUT_CHARS, OPENAI_MODELS, Speaker, SpeechRequest, speaker_for
+from anetts.serve.config import MAX_NAME_CHARS, MAX_TRANSCRIPT_CHARS, ServeConfig
+from anetts.serve.pool import Busy, ClientGone, ModelPool, Slot, TimedOut, TooLong
+from anetts.serve.speech import OPENAI_MODELS, Speaker, SpeechRequest, speaker_for
+from anetts.serve.upload import ClipError, ClipReader, read_clip
 
 log = logging.getLogger("anetts.serve")
-
-
-@dataclass
-class ServeConfig:
-    model_dir: Path
-    backend: str | None = None
-    workers: int = 1
-    queue: int = 8  # requests that may wait for a worker; more get 429
-    timeout: float = 120.0  # seconds per request, waiting included
-    api_key: str | None = None
-    cors_origins: list[str] = field(default_factory=list)
-    max_body_bytes: int = 16 << 20  # a 30 s reference clip as 44.1 kHz float wav is ~5 MB
-    max_input_chars: int = MAX_INPUT_CHARS
-    max_frames: int | None = None  # Fish: most frames per text chunk
-    threads: int | None = None
-
-
-class _BodyTooLarge(HTTPException):
-    pass
-
-
-class BodyLimit:
-    """Requests whose body is larger than ``limit`` bytes get a 413, declared or not."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    def _error(self, size: str) -> str:
-        return f"the request body is {size}, more than this server's limit of {self.limit} bytes"
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            body = json.dumps(error_body(self._error(f"{int(declared)} bytes"), "invalid_request_error",
-                                         "body", "body_too_large")).encode()
-            await send({"type": "http.response.start", "status": 413,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _BodyTooLarge(413, self._error(f"over {self.limit} bytes"))
-            return message
-
-        await self.app(scope, limited, send)
 
 
 class SlotResponse(StreamingResponse):
@@ -92,6 +45,23 @@ class SlotResponse(StreamingResponse):
             self.slot.release()
 
 
+class StreamCut(Exception):
+    """Raised out of a streamed audio body that cannot be completed: the server then aborts the
+    connection, so the client sees the body end without its last chunk instead of a complete file."""
+
+
+class _QuietStreamCut(logging.Filter):
+    # the cut is logged once, as a warning, where it happens; uvicorn would add a traceback
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StreamCut))
+
+
+def _quiet_stream_cuts() -> None:
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietStreamCut) for f in logger.filters):
+        logger.addFilter(_QuietStreamCut())
+
+
 def _page() -> str:
     return resources.files("anetts.serve").joinpath("page.html").read_text(encoding="utf-8")
 
@@ -103,42 +73,61 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
     if instances is None:
         instances = [load(config.model_dir, backend=config.backend, threads=config.threads)
                      for _ in range(config.workers)]
-        for inst in instances:
-            inst.warmup()
     first = instances[0]
     model_id = first.artifacts.manifest.get("model") or Path(config.model_dir).name
     speaker: Speaker = speaker_for(model_id, first, max_frames=config.max_frames)
     pool = ModelPool(instances, config.queue, config.timeout)
+    for inst in instances:  # the G2P and the smallest buckets, timed: the pool's first speed estimate
+        pool.calibrate(speaker.warmup(inst))
 
-    app = FastAPI(title="ane-tts", version=__version__, docs_url=None, redoc_url=None)
+    _quiet_stream_cuts()
+    clips = ClipReader()  # uploads are decoded in a child process, started on the first one
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        clips.close()
+
+    app = FastAPI(title="ane-tts", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.pool, app.state.speaker, app.state.config = pool, speaker, config
     install(app)
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    # added innermost first: BodyLimit runs last, ErrorBoundary first (guard's docstring has the order)
+    app.add_middleware(guard.BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(guard.KeyCheck, keys=tuple(config.api_keys))
+    app.add_middleware(guard.WriteOrigin, cors_origins=config.cors_origins)
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(guard.HostCheck, hosts=guard.allowed_hosts(config.host, config.allowed_hosts))
+    app.add_middleware(guard.ErrorBoundary)
 
-    def authorized(request: Request) -> None:
-        if config.api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), config.api_key.encode()):
-            raise APIError(401, "missing or wrong API key: send it as 'Authorization: Bearer <key>'",
-                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-
-    v1 = [Depends(authorized)]
-
-    async def held(deadline: float) -> Slot:
+    async def held(request: Request) -> Slot:
+        """A model instance for this request, within its timeout (waiting included)."""
         try:
-            return await pool.acquire(deadline)
+            return await pool.acquire(time.monotonic() + pool.timeout, request.receive)
         except Busy as e:
             raise APIError(429, str(e), code="rate_limit_exceeded", type="rate_limit_error",
                            headers={"Retry-After": str(e.retry_after)}) from None
         except TimedOut as e:
             raise APIError(503, str(e), code="timeout", type="server_error",
                            headers={"Retry-After": str(pool.retry_after())}) from None
+        except ClientGone as e:  # nobody reads the answer; 499 is what the log shows
+            raise APIError(499, str(e), code="client_closed_request") from None
+
+    async def planned(slot: Slot, req: SpeechRequest, streaming: bool):
+        """``req`` planned on the slot's instance, its work checked against the time the request has."""
+        await slot.call(speaker.check, slot.model, req)
+        chunks = await slot.call(speaker.start, slot.model, req, streaming)
+        try:
+            slot.fits(chunks)
+        except TooLong as e:
+            raise APIError(400, str(e), param="input", code="input_too_long_for_timeout") from None
+        except TimedOut as e:
+            raise APIError(503, str(e), code="timeout", type="server_error",
+                           headers={"Retry-After": str(pool.retry_after())}) from None
+        return chunks
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page():
@@ -150,36 +139,43 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                 "backend": first.backend.name, "workers": len(pool.instances), "busy": pool.busy,
                 "queued": pool.waiting, "queue": pool.queue_limit}
 
-    @app.get("/v1/models", dependencies=v1)
+    @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0, "owned_by": "ane-tts"}]}
 
-    @app.get("/v1/audio/voices", dependencies=v1)
+    @app.get("/v1/audio/voices")
     async def voices():
         return {"voices": speaker.voices(), "default": speaker.default_voice(), "family": speaker.family,
                 "blending": speaker.family == "kokoro", "cloning": speaker.clones, "timestamps": speaker.timestamps}
 
-    @app.post("/v1/audio/voices", dependencies=v1)
-    async def register_voice(audio_sample: UploadFile = File(...), name: str = Form(...), text: str = Form(...),
-                             consent: str | None = Form(None), kind: str = Form("audio_sample", alias="type")):
+    @app.post("/v1/audio/voices")
+    async def register_voice(request: Request, audio_sample: UploadFile = File(...),
+                             name: str = Form(..., max_length=MAX_NAME_CHARS),
+                             text: str = Form(..., max_length=MAX_TRANSCRIPT_CHARS),
+                             consent: str | None = Form(None, max_length=MAX_TRANSCRIPT_CHARS),
+                             kind: str = Form("audio_sample", alias="type", max_length=MAX_NAME_CHARS)):
         if not speaker.clones:
             raise APIError(400, f"voice cloning needs a Fish model; this server speaks {model_id} ({speaker.family}), "
                                 "whose voices are the built ones (GET /v1/audio/voices)", param="audio_sample")
         if kind != "audio_sample":
-            raise APIError(400, f"type {kind!r}: only 'audio_sample' voices can be made here", param="type")
+            raise APIError(400, f"type {kind[:40]!r}: only 'audio_sample' voices can be made here", param="type")
         if not text.strip():
             raise APIError(400, "text (the transcript of the reference clip) is empty", param="text")
-        import soundfile as sf
-
-        data = await audio_sample.read()
+        if not name.strip():
+            raise APIError(400, "name is empty", param="name")
+        slot = await held(request)
         try:
-            clip, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
-        except (RuntimeError, ValueError) as e:  # soundfile's LibsndfileError is a RuntimeError
-            raise APIError(400, f"audio_sample {audio_sample.filename!r} is not audio soundfile can read: {e}",
-                           param="audio_sample") from None
-        slot = await held(time.monotonic() + pool.timeout)
-        try:
+            await slot.call(speaker.check_transcript, slot.model, text)
+            data = await audio_sample.read()  # at most the body limit
+            try:  # header first, decode bounded by it, in a child process (anetts.serve.upload)
+                clip, rate = await clips.call(read_clip, data, audio_sample.filename,
+                                              speaker.reference_limit(slot.model),
+                                              what=f"audio_sample {str(audio_sample.filename)[:80]!r}")
+            except ClipError as e:
+                raise APIError(400, str(e), param="audio_sample") from None
             voice = await slot.call(speaker.register, slot.model, name, text, clip, rate)
+        except TimedOut as e:
+            raise APIError(504, str(e), code="timeout", type="server_error") from None
         finally:
             slot.release()
         return {"id": voice.id, "object": "audio.voice", "name": voice.name, "created_at": voice.created_at,
@@ -196,26 +192,32 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
         if not req.input.strip():
             raise APIError(400, "input is empty or whitespace only; nothing to speak", param="input")
         try:
+            check_text_unicode(req.input, "input")
+        except InputError as e:
+            raise APIError(400, str(e), param="input") from None
+        try:
             return check_format(req.response_format, speaker.sample_rate, streaming)
         except FormatError as e:
             raise APIError(400, str(e), param="response_format") from None
 
-    async def whole(req: SpeechRequest, fmt) -> tuple[bytes, list[dict]]:
+    async def whole(request: Request, req: SpeechRequest, fmt) -> tuple[bytes, list[dict]]:
         """The whole response's bytes and words, with upstream's chunking (as the CLI)."""
-        slot = await held(time.monotonic() + pool.timeout)
+        slot = await held(request)
         try:
-            await slot.call(speaker.check, slot.model, req)
-            pieces = [p async for p in slot.steps(lambda: speaker.pieces(slot.model, req, False))]
+            chunks = await planned(slot, req, False)
+            pieces = [p async for p in slot.steps(lambda: chunks, stop=request.is_disconnected)]
         except TimedOut as e:
             raise APIError(504, str(e), code="timeout", type="server_error") from None
+        except ClientGone as e:
+            raise APIError(499, str(e), code="client_closed_request") from None
         finally:
             slot.release()
         audio = np.concatenate([p.audio for p in pieces]) if pieces else np.zeros(0, np.float32)
         body = await asyncio.to_thread(encode, audio, speaker.sample_rate, fmt)
         return body, [w for p in pieces for w in p.words]
 
-    @app.post("/v1/audio/captioned_speech", dependencies=v1)
-    async def captioned_speech(req: SpeechRequest):
+    @app.post("/v1/audio/captioned_speech")
+    async def captioned_speech(req: SpeechRequest, request: Request):
         """Kokoro-FastAPI's captioned speech: the whole audio (base64) and its words' times."""
         if not speaker.timestamps:
             raise APIError(400, f"{model_id} ({speaker.family}) gives no word timestamps; Kokoro models do",
@@ -224,22 +226,22 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
             raise APIError(400, "captioned speech is one JSON answer; for words while streaming, use "
                                 "/v1/audio/speech with stream_format 'sse' (its deltas carry them)", param="stream_format")
         fmt = check_request(req, False)
-        body, words = await whole(req, fmt)
+        body, words = await whole(request, req, fmt)
         return {"audio": base64.b64encode(body).decode(), "audio_format": fmt.name,
                 "sample_rate": speaker.sample_rate, "timestamps": words}
 
-    @app.post("/v1/audio/speech", dependencies=v1)
-    async def speech(req: SpeechRequest):
+    @app.post("/v1/audio/speech")
+    async def speech(req: SpeechRequest, request: Request):
         streaming = req.stream_format is not None
         fmt = check_request(req, streaming)
         if not streaming:
-            body, _ = await whole(req, fmt)
+            body, _ = await whole(request, req, fmt)
             return Response(body, media_type=fmt.media_type)
 
-        slot = await held(time.monotonic() + pool.timeout)
+        slot = await held(request)
         try:
-            await slot.call(speaker.check, slot.model, req)
-            pieces = slot.steps(lambda: speaker.pieces(slot.model, req, True))
+            chunks = await planned(slot, req, True)
+            pieces = slot.steps(lambda: chunks)
             first_piece = await anext(pieces)  # input errors surface here, before any header is sent
         except TimedOut as e:
             slot.release()
@@ -254,8 +256,9 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
             try:
                 async for p in pieces:
                     yield enc.feed(p.audio)
-            except (TimedOut, APIError) as e:  # the status is sent: end the stream short, say so in the log
-                log.warning("streamed request cut short: %s", e)
+            except (TimedOut, APIError) as e:  # the status is sent: abort, so the client sees a cut body
+                log.warning("streamed request cut short, connection aborted: %s", e)
+                raise StreamCut(str(e)) from None
             yield enc.close()
 
         async def events():

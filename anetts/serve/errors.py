@@ -15,12 +15,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger("anetts.serve")
 
 
-class APIError(Exception):
+class APIError(StarletteHTTPException):
+    """A response in OpenAI's error shape. An HTTPException, so that one raised while FastAPI reads the
+    body (the body limit) reaches its handler as itself, not as FastAPI's "error parsing the body"."""
+
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
                  type: str = "invalid_request_error", headers: dict[str, str] | None = None):
-        super().__init__(message)
+        super().__init__(status, message, headers)
         self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
         self.headers = headers or {}
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
@@ -66,9 +72,3 @@ def install(app: FastAPI) -> None:
     async def _http(_: Request, e: StarletteHTTPException):
         kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
         return error_response(APIError(e.status_code, str(e.detail), type=kind, headers=getattr(e, "headers", None)))
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, e: Exception):
-        log.exception("%s %s failed", request.method, request.url.path)
-        return error_response(APIError(500, "the server failed to make this response; its log has the details",
-                                       type="server_error"))

@@ -11,34 +11,44 @@ import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Literal, Union
+from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from anetts.models.kokoro.timestamps import spoken
 from anetts.runtime.errors import InputError
+from anetts.runtime.planned import Planned
+from anetts.serve.config import MAX_INSTRUCTIONS_CHARS, MAX_NAME_CHARS, MAX_VOICE_CHARS
 from anetts.serve.errors import APIError
+from anetts.serve.upload import ClipLimit
 
-MAX_INPUT_CHARS = 4096  # OpenAI's limit
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # accepted as names of the served model
+
+
+# Every string field is bounded, so nothing a client sends is parsed, kept or echoed at any length:
+# `input` by the server's max_input_chars (checked with its own message), the rest here.
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+VoiceSpec = Annotated[str, Field(max_length=MAX_VOICE_CHARS)]
 
 
 class VoiceRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str
+    id: VoiceSpec
 
 
 class SpeechRequest(BaseModel):
     """OpenAI's ``/v1/audio/speech`` body; ``seed`` (the model's noise / sampling draw) is ours."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str
+    model: Name
     input: str
-    voice: Union[str, VoiceRef]
-    response_format: str = "mp3"
+    voice: Union[VoiceSpec, VoiceRef]
+    response_format: Name = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] | None = None
-    instructions: str | None = None  # for instructable models; neither family is one, so it is ignored
+    # for instructable models; neither family is one, so it is ignored
+    instructions: Annotated[str, Field(max_length=MAX_INSTRUCTIONS_CHARS)] | None = None
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
     @property
@@ -66,6 +76,10 @@ class Speaker:
         self.model_id = model_id
         self.sample_rate = first_instance.sample_rate
 
+    def warmup(self, model) -> list[tuple[int, float]]:
+        """Load what a first request needs and time short runs: [(planned units, seconds)]."""
+        raise NotImplementedError
+
     def voices(self) -> list[str]:
         raise NotImplementedError
 
@@ -75,12 +89,34 @@ class Speaker:
     def check(self, model, req: SpeechRequest) -> None:
         """Raise APIError (400, naming the field) for what this family cannot speak; cheap, no synthesis."""
 
-    def pieces(self, model, req: SpeechRequest, streaming: bool) -> Iterator[Piece]:
+    def start(self, model, req: SpeechRequest, streaming: bool) -> Planned[Piece]:
+        """Plan ``req`` on ``model`` (input errors: APIError 400) and return its pieces, still to make,
+        with the planned work (``units``), which the pool checks against the time left."""
         raise NotImplementedError
 
 
-def _bad(param: str, e: Exception) -> APIError:
-    return APIError(400, str(e), param=param)
+def _pieces(chunks: Planned, piece) -> Planned[Piece]:
+    """``chunks`` as Pieces (``piece(chunk)``); an InputError while making them is a 400 about the input."""
+
+    def gen():
+        try:
+            for c in chunks:
+                yield piece(c)
+        except InputError as e:
+            raise _bad("input", e) from None
+
+    return Planned(gen(), chunks.units, chunks.unit)
+
+
+# the runtime's names of its inputs (InputError.field) -> this API's
+_PARAMS = {"text": "input", "lang": "voice", "reference_text": "text", "reference_audio": "audio_sample",
+           "reference_codes": "audio_sample"}
+
+
+def _bad(param: str, e: InputError) -> APIError:
+    """A 400 for a runtime's InputError: about the field it names, else ``param``."""
+    field = getattr(e, "field", None)
+    return APIError(400, str(e), param=_PARAMS.get(field, field) or param)
 
 
 class KokoroSpeaker(Speaker):
@@ -98,18 +134,33 @@ class KokoroSpeaker(Speaker):
     def default_voice(self):
         return self._default
 
+    def warmup(self, model):
+        from anetts.models.kokoro.frontend import SAMPLE_TEXTS, frontend
+
+        model.warmup()
+        text = SAMPLE_TEXTS[frontend(None, self._default, model.voice_languages).code]
+        runs = []
+        for t in (text, " ".join([text] * 3)):  # two lengths: the estimate is a line
+            t0 = time.perf_counter()
+            chunks = model.stream(t, voice=self._default)
+            for _ in chunks:
+                pass
+            runs.append((chunks.units, time.perf_counter() - t0))
+        return runs
+
     def check(self, model, req):
         try:
             model.voice_pack(req.voice_id)  # names and blends: unknown names / bad weights are named
         except InputError as e:
             raise _bad("voice", e) from None
 
-    def pieces(self, model, req, streaming):
-        try:  # input errors come from planning (before the first chunk) or from a chunk too long to split
-            for c in model.stream(req.input, voice=req.voice_id, speed=req.speed, seed=req.seed, sentences=streaming):
-                yield Piece(c.audio, len(c.input_ids), c.frames, [asdict(w) for w in c.words])
+    def start(self, model, req, streaming):
+        try:  # input errors come from planning (here) or from a chunk too long to split (while making it)
+            chunks = model.stream(req.input, voice=req.voice_id, speed=req.speed, seed=req.seed, sentences=streaming)
         except InputError as e:
             raise _bad("input", e) from None
+        return _pieces(chunks, lambda c: Piece(c.audio, len(c.input_ids), c.frames,
+                                               [asdict(w) for w in spoken(c.words)]))
 
 
 @dataclass
@@ -155,17 +206,38 @@ class FishSpeaker(Speaker):
                                 "clip with POST /v1/audio/voices)", param="voice", code="voice_not_found")
         return found
 
+    WARMUP_TEXT = "Hello there. This is a warm-up."
+
+    def warmup(self, model):
+        model.warmup()
+        t0 = time.perf_counter()
+        chunks = model.stream(self.WARMUP_TEXT, seed=0, max_frames=self.max_frames)
+        for _ in chunks:
+            pass
+        return [(chunks.units, time.perf_counter() - t0)]
+
+    def reference_limit(self, model) -> ClipLimit:
+        return ClipLimit(model.sample_rate, model.max_reference_samples)
+
     def check(self, model, req):
         self.voice(req.voice_id)
         if req.speed != 1.0:
             raise APIError(400, f"speed {req.speed:g}: Fish S2 has no speaking-rate control; only 1.0",
                            param="speed")
 
+    def check_transcript(self, model, text: str) -> None:
+        """The transcript alone within the prompt budget: checked before the clip is decoded."""
+        try:
+            model.check_voice(text)
+        except InputError as e:
+            raise _bad("text", e) from None
+
     def register(self, model, name: str, text: str, clip: np.ndarray, rate: int) -> ClonedVoice:
-        """Encode a reference clip once (upstream's codec encoder) and keep its codes under a new id."""
+        """Encode a reference clip once (upstream's codec encoder) and keep its codes under a new id, once
+        the transcript and the codes together leave the prompt room for speech."""
         try:
             codes = model.encode_reference(clip, rate)
-            model.check_reference(text, codes)
+            text, codes = model.check_voice(text, codes)
         except InputError as e:
             raise _bad("audio_sample", e) from None
         voice = ClonedVoice(f"voice_{secrets.token_hex(8)}", name, text, codes, int(time.time()))
@@ -173,17 +245,16 @@ class FishSpeaker(Speaker):
             self._registered[voice.id] = voice
         return voice
 
-    def pieces(self, model, req, streaming):
+    def start(self, model, req, streaming):
         voice = self.voice(req.voice_id)
         ref_text, ref_codes = (voice.text, voice.codes) if voice else (None, None)
         try:
             blocks = model.stream(req.input, reference_text=ref_text, reference_codes=ref_codes, seed=req.seed,
                                   max_frames=self.max_frames)
-            tokens = len(model.tokenizer.encode(req.input, add_special_tokens=False).ids)
-            for b in blocks:
-                yield Piece(b.audio, tokens if b.is_last else 0, len(b.codes))
         except InputError as e:
             raise _bad("input", e) from None
+        tokens = len(model.tokenizer.encode(req.input, add_special_tokens=False).ids)
+        return _pieces(blocks, lambda b: Piece(b.audio, tokens if b.is_last else 0, len(b.codes)))
 
 
 def speaker_for(model_id: str, first_instance, *, max_frames: int | None = None) -> Speaker:

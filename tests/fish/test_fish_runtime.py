@@ -299,7 +299,7 @@ def test_reference_clip_is_encoded_by_upstreams_encoder_and_clones(tts_torch, mo
 
 @pytest.mark.parametrize("audio, rate, message", [
     (np.zeros(44100, np.float32), 24000, "24000 Hz; the codec takes 44100 Hz"),
-    (np.zeros(31 * 44100, np.float32), 44100, "31.0 s, longer than 30 s"),
+    (np.zeros(31 * 44100, np.float32), 44100, "31.00 s, longer than this model's 2.97 s"),
     (np.zeros(100, np.float32), 44100, "less than one frame"),
     (np.full(4096, np.nan, np.float32), 44100, "NaN or inf"),
     (np.zeros((2, 2, 4096), np.float32), 44100, "must be \\(samples,\\) or \\(samples, channels\\)"),

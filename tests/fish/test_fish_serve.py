@@ -109,3 +109,78 @@ def test_a_clip_of_the_wrong_rate_is_named(server):
     r = httpx.post(f"{server}/v1/audio/voices", files={"audio_sample": ("x.wav", buf.getvalue(), "audio/wav")},
                    data={"name": "x", "text": "Hi."})
     assert r.status_code == 400 and r.json()["error"]["param"] == "audio_sample", r.text
+
+
+def _flac(seconds: float, rate: int = 44100, channels: int = 1) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros((int(seconds * rate), channels), np.float32), rate, format="FLAC")
+    return buf.getvalue()
+
+
+def _register(server, data: bytes, text: str = "A reference.", name: str = "x") -> httpx.Response:
+    return httpx.post(f"{server}/v1/audio/voices", files={"audio_sample": ("clip.flac", data, "audio/flac")},
+                      data={"name": name, "text": text}, timeout=120)
+
+
+def test_a_compressed_upload_is_judged_by_its_header_not_decoded(server, tts):
+    """An hour of silence is ~0.5 MB of FLAC and 600 MB decoded: refused from its header, while /health answers."""
+    import threading
+    import time
+
+    bomb = _flac(3600)
+    assert len(bomb) < 2 << 20
+    lat, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            httpx.get(f"{server}/health", timeout=30)
+            lat.append(time.perf_counter() - t0)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        r = _register(server, bomb)
+    finally:
+        stop.set()
+        t.join()
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    limit = tts.max_reference_samples / 44100
+    assert err["param"] == "audio_sample" and "3600.00 s" in err["message"] and f"{limit:.2f} s" in err["message"]
+    assert max(lat) < 1.0, max(lat)
+
+
+def test_reference_clips_fit_this_models_codec(server, tts):
+    """fish-tiny's codec encoder attends over 256 positions of 512 samples: 2.97 s, not the 30 s of S2 Pro."""
+    from anetts.models.fish import codec as C
+
+    limit = tts.max_reference_samples
+    assert limit == 256 * 512 < C.MAX_REFERENCE_SECONDS * C.SAMPLE_RATE
+    rng = np.random.default_rng(0)
+    for n, ok in ((limit, True), (limit + 1, False)):
+        buf = io.BytesIO()
+        sf.write(buf, (0.1 * rng.standard_normal(n)).astype(np.float32), 44100, format="WAV", subtype="FLOAT")
+        r = _register(server, buf.getvalue())
+        assert (r.status_code == 200) == ok, (n, r.text)
+        if not ok:
+            assert r.json()["error"]["param"] == "audio_sample" and "2.97 s" in r.json()["error"]["message"]
+
+
+def test_a_transcript_that_leaves_no_room_is_refused_at_registration(server, clip):
+    long = "A reference sentence that goes on. " * 50  # 1,750 characters: under the form limit, over the prompt
+    r = _register(server, clip[0], text=long)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "text" and "rows for speech" in err["message"], err
+    r = _register(server, clip[0], text="x" * 5000)  # over the form's limit
+    assert r.status_code == 400 and r.json()["error"]["param"] == "text", r.text
+
+
+def test_upload_errors_name_the_file_not_the_process(server):
+    r = _register(server, b"\x00" * 4096)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "audio_sample" and "clip.flac" in err["message"]
+    assert "0x" not in err["message"] and "BytesIO" not in err["message"], err
+    r = _register(server, _flac(0.5, channels=4))
+    assert r.status_code == 400 and "4 channels" in r.json()["error"]["message"], r.text

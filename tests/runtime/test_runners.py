@@ -104,3 +104,27 @@ def test_coreml_needs_macos(built):
 def test_coreai_needs_an_asset(built):
     with pytest.raises(BackendUnavailable, match="runs .aimodel assets; attn/ctx16 has none"):
         load_program("coreai", built[0])
+
+
+def test_torch_programs_of_a_stage_share_one_copy_of_its_weights(built):
+    """Each bucket's and each function's TorchScript carries the stage's weights. Loaded through one
+    pool, a second program of the stage (and the second function) points at the first one's tensors,
+    its KV buffers stay its own, and it computes what an unshared copy computes."""
+    from anetts.runtime.runners import SharedTensors, TorchRunner
+
+    ref, scenario, _ = built
+    shared = SharedTensors()
+    a, b, alone = TorchRunner(ref, shared=shared), TorchRunner(ref, shared=shared), TorchRunner(ref)
+    weights = dict(a.modules["prefill"].named_parameters())
+    assert weights
+    for m in (a.modules["decode"], b.modules["prefill"], b.modules["decode"]):
+        assert all(t.data_ptr() == weights[n].data_ptr() for n, t in m.named_parameters())
+    assert all(t.data_ptr() != weights[n].data_ptr() for n, t in alone.modules["prefill"].named_parameters())
+    states = {t.name for f in FUNCTIONS.values() for t in f.states}
+    kv = {n: t.data_ptr() for n, t in a.modules["prefill"].named_buffers() if n in states}
+    assert kv and all(t.data_ptr() != kv[n] for n, t in b.modules["prefill"].named_buffers() if n in kv)
+    sa, sb = b.new_state(), alone.new_state()
+    for c in scenario.calls:
+        got, want = b.run(c.function, c.inputs, sa), alone.run(c.function, c.inputs, sb)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])

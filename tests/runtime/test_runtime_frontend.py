@@ -113,7 +113,7 @@ def test_cli_writes_word_timestamps(tts, model_dir, tmp_path):
                      "--timestamps", str(stamps)]) == 0
         body = stamps.read_text(encoding="utf-8")
         if suffix == ".json":
-            assert json.loads(body) == [dataclasses.asdict(w) for w in expected]
+            assert json.loads(body) == [dataclasses.asdict(w) for w in expected[:4]]  # punctuation left out
         else:
             assert body.count("-->") == 4 and ("WEBVTT" in body) == (suffix == ".vtt")  # "." gets no cue
     assert not list(tmp_path.glob(".*.tmp"))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
+from anetts.models.kokoro.timestamps import spoken
 from serve_helpers import live_server
 
 TEXT = "The sun is out. We walk. Birds sing."
@@ -55,4 +56,4 @@ def test_page_speaks_while_it_streams(model_dir):
     assert player["chunks"] == len(want) >= 3  # one scheduled buffer per sentence chunk, as it came
     assert player["samples"] == sum(want) and player["firstAudioMs"] is not None
     assert status.startswith("spoke ")
-    assert player["words"] == sum(len(c.words) for c in chunks) > 0 and player["highlighted"] > 0
+    assert player["words"] == sum(len(spoken(c.words)) for c in chunks) > 0 and player["highlighted"] > 0

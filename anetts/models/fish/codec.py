@@ -344,7 +344,24 @@ def write_synthetic_codec(out_dir: Path, cfg: dict, seed: int) -> dict:
 # Upstream decode and the traceable decoder
 # ---------------------------------------------------------------------------------------
 
-def check_reference_audio(audio, sample_rate: int) -> np.ndarray:
+def max_reference_samples(cfg: dict) -> int:
+    """The longest reference clip, in samples, this codec encodes: ``MAX_REFERENCE_SECONDS``, or less
+    where a transformer on the encoding path would run out of positions. Each attends over at most
+    its ``block_size`` positions (its rotary and mask tables) at its own hop: the encoder blocks' at
+    the product of the strides up to their block, the quantizer's after its further downsampling.
+    fish-tiny's encoder transformer has 256 positions at a hop of 512 samples: 2.97 s."""
+    rates = [int(r) for r in _get(cfg, "encoder_rates", where="codec config")]
+    layers = [int(n) for n in _get(cfg, "encoder_transformer_layers", where="codec config")]
+    block = int(_get(cfg, "transformer_general_config", "block_size", where="codec config"))
+    limits = [int(MAX_REFERENCE_SECONDS * SAMPLE_RATE)]
+    limits += [block * math.prod(rates[: i + 1]) for i, n in enumerate(layers) if n > 0]
+    q = _get(cfg, "quantizer", where="codec config")
+    hop = math.prod(rates) * math.prod(int(f) for f in q.get("downsample_factor", [1]))
+    limits += [int(q[k]["config"]["block_size"]) * hop for k in ("pre_module", "post_module") if q.get(k)]
+    return min(limits)
+
+
+def check_reference_audio(audio, sample_rate: int, max_samples: int | None = None) -> np.ndarray:
     """Mono float32 samples of a reference clip (channels averaged as upstream's inference does), or
     a CodecError naming what is wrong. Upstream resamples; this refuses another rate rather than
     pick a resampler whose output would differ from upstream's."""
@@ -357,9 +374,10 @@ def check_reference_audio(audio, sample_rate: int) -> np.ndarray:
         raise CodecError(f"reference audio is {sample_rate} Hz; the codec takes {SAMPLE_RATE} Hz (resample it first)")
     if audio.size < SAMPLES_PER_FRAME:
         raise CodecError(f"reference audio has {audio.size} samples, less than one frame ({SAMPLES_PER_FRAME})")
-    if audio.size > MAX_REFERENCE_SECONDS * SAMPLE_RATE:
-        raise CodecError(f"reference audio is {audio.size / SAMPLE_RATE:.1f} s, longer than "
-                         f"{MAX_REFERENCE_SECONDS:g} s: cut it to a sentence or two")
+    limit = int(MAX_REFERENCE_SECONDS * SAMPLE_RATE) if max_samples is None else max_samples
+    if audio.size > limit:
+        raise CodecError(f"reference audio is {audio.size / SAMPLE_RATE:.2f} s, longer than this model's "
+                         f"{limit / SAMPLE_RATE:.2f} s ({limit} samples): cut it to a sentence or two")
     audio = audio.astype(np.float32)
     if not np.isfinite(audio).all():
         raise CodecError("reference audio contains NaN or inf")
@@ -370,7 +388,7 @@ def check_reference_audio(audio, sample_rate: int) -> np.ndarray:
 def upstream_encode(model: nn.Module, audio, sample_rate: int) -> np.ndarray:
     """Upstream `DAC.encode` of a reference clip -> codes (10, frames) int64 (the host encoder:
     see the module docstring for why it is not a Core ML stage)."""
-    x = torch.from_numpy(check_reference_audio(audio, sample_rate))[None, None]
+    x = torch.from_numpy(check_reference_audio(audio, sample_rate, max_reference_samples(model.codec_config)))[None, None]
     codes, lengths = model.encode(x)
     return codes[0, :, : int(lengths[0])].numpy()
 

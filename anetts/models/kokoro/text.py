@@ -31,6 +31,11 @@ TOKENS_PER_SECOND = 16.0  # measured: 44..476 tokens for 2.8..27.4 s of audio (d
 _SILENT_SYMBOLS = frozenset(' ;:,.!?—…"()“”')
 _SENTENCE_END = ".!?…"
 _CLOSERS = "\"'”’)]»"
+# Japanese and Chinese mark sentences and clauses with full-width signs and write no spaces after them
+_CJK_SENTENCE_END = "。！？"
+_CJK_CLAUSE = "、，；："
+_CJK_CLOSERS = "」』）】》”’"
+_CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
 # A period after these does not end a sentence ("Dr. Smith", "e.g. this").
 _ABBREVIATIONS = frozenset("mr. mrs. ms. dr. prof. st. mt. jr. sr. vs. e.g. i.e. cf. approx.".split())
 
@@ -123,10 +128,19 @@ class TextChunk:
 Fits = Callable[[str], bool]
 
 
-# after . ! ? … (optionally followed by closing quotes/brackets) and whitespace
-_SENT_RE = re.compile(rf"(?<=[{re.escape(_SENTENCE_END)}])\s+|(?<=[{re.escape(_SENTENCE_END)}][{re.escape(_CLOSERS)}])\s+")
-# after , ; : followed by whitespace ("3:45" stays whole), and after any em dash
-_CLAUSE_RE = re.compile(r"(?<=[,;:—])\s+|(?<=—)(?=\S)")
+# after . ! ? … (optionally followed by closing quotes/brackets) and whitespace; after 。！？ (and their
+# closing brackets) with or without it
+_SENT_RE = re.compile(
+    rf"(?<=[{re.escape(_SENTENCE_END)}])\s+|(?<=[{re.escape(_SENTENCE_END)}][{re.escape(_CLOSERS)}])\s+"
+    rf"|(?<=[{_CJK_SENTENCE_END}])(?![{_CJK_CLOSERS}{_CJK_SENTENCE_END}])\s*"
+    rf"|(?<=[{_CJK_SENTENCE_END}][{_CJK_CLOSERS}])(?![{_CJK_CLOSERS}])\s*")
+# after , ; : followed by whitespace ("3:45" stays whole), after any em dash, and after 、，；：
+_CLAUSE_RE = re.compile(rf"(?<=[,;:—])\s+|(?<=—)(?=\S)|(?<=[{_CJK_CLAUSE}])\s*")
+
+
+def _join(a: str, b: str) -> str:
+    """Two pieces of text back together: with a space, unless either side is Japanese or Chinese."""
+    return f"{a}{b}" if (a and _CJK.match(a[-1])) or (b and _CJK.match(b[0])) else f"{a} {b}"
 
 
 def _ends_with_abbreviation(piece: str) -> bool:
@@ -134,8 +148,12 @@ def _ends_with_abbreviation(piece: str) -> bool:
     return last.lower() in _ABBREVIATIONS or re.fullmatch(r"[A-Z]\.", last) is not None
 
 
-def _split_at(text: str, level: int) -> list[str]:
-    """Split at level 0 sentence ends, 1 clause marks, 2 spaces, 3 halves of the characters.
+Words = Callable[[str], list[str]]
+
+
+def _split_at(text: str, level: int, words_fn: Words = str.split) -> list[str]:
+    """Split at level 0 sentence ends, 1 clause marks, 2 words (``words_fn``: spaces, or a language's
+    segmenter where words are not spaced), 3 halves of the characters.
 
     Pieces without letters or digits (a lone "—", "...") are merged into their neighbour so
     every piece can be phonemized.
@@ -144,13 +162,13 @@ def _split_at(text: str, level: int) -> list[str]:
         parts = []
         for p in _SENT_RE.split(text):
             if parts and _ends_with_abbreviation(parts[-1]):
-                parts[-1] = f"{parts[-1]} {p}"
+                parts[-1] = _join(parts[-1], p)
             else:
                 parts.append(p)
     elif level == 1:
         parts = _CLAUSE_RE.split(text)
     elif level == 2:
-        parts = text.split()
+        parts = words_fn(text)
     else:
         mid = len(text) // 2
         parts = [text[:mid], text[mid:]] if mid else [text]
@@ -159,22 +177,23 @@ def _split_at(text: str, level: int) -> list[str]:
         if not p:
             continue
         if merged and (not _has_speech(p) or not _has_speech(merged[-1])):
-            merged[-1] = f"{merged[-1]}{'' if level == 3 else ' '}{p}"
+            merged[-1] = f"{merged[-1]}{p}" if level == 3 else _join(merged[-1], p)
         else:
             merged.append(p)
     return merged
 
 
-def _units(text: str, level: int, fits: Fits, phonemize_fn: Callable[[str], str]) -> list[TextChunk]:
+def _units(text: str, level: int, fits: Fits, phonemize_fn: Callable[[str], str],
+           words_fn: Words = str.split) -> list[TextChunk]:
     """``text`` as an ordered list of chunks that each fit, splitting only as finely as needed."""
     ps = phonemize_fn(text)
     if fits(ps):
         return [TextChunk(text, ps)]
     while level <= 3:
-        parts = _split_at(text, level)
+        parts = _split_at(text, level, words_fn)
         if len(parts) > 1:
             deeper = level if level == 3 else level + 1  # keep halving characters
-            return [u for p in parts for u in _units(p, deeper, fits, phonemize_fn)]
+            return [u for p in parts for u in _units(p, deeper, fits, phonemize_fn, words_fn)]
         level += 1
     return cut_phonemes(text, ps, fits)
 
@@ -198,14 +217,15 @@ def chunk_text(
     text: str,
     limit: Union[int, Fits],
     phonemize_fn: Callable[[str], str],
+    words_fn: Words = str.split,
 ) -> list[TextChunk]:
     """Split ``text`` into ordered chunks whose phonemes fit ``limit``.
 
     ``limit`` is a phoneme count (see :func:`phoneme_limit` to combine the token bucket with an
     audio-seconds budget) or a predicate on a chunk's phoneme string. Text that fits is one
-    chunk. Otherwise it is split at sentence ends (. ! ? …), then clause marks (, ; : —), then
-    words (then characters), and neighbouring pieces are packed greedily back together, their
-    phonemes joined by a space. Chunks are never empty and keep the text's order.
+    chunk. Otherwise it is split at sentence ends (. ! ? … 。！？), then clause marks (, ; : — 、，；：),
+    then words (``words_fn``; then characters), and neighbouring pieces are packed greedily back
+    together, their phonemes joined by a space. Chunks are never empty and keep the text's order.
 
     The length counted is ``len(phonemes)``, an upper bound on the token count (tokenize may
     drop unknown symbols). Each piece is phonemized on its own, as upstream phonemizes each line.
@@ -224,12 +244,12 @@ def chunk_text(
         raise ValueError(f"text {clean[:40]!r} has no letters or digits (punctuation only); nothing to speak")
 
     chunks: list[TextChunk] = []
-    for unit in _units(clean, 0, fits, phonemize_fn):
+    for unit in _units(clean, 0, fits, phonemize_fn, words_fn):
         if chunks:
             last = chunks[-1]
             joined = f"{last.phonemes} {unit.phonemes}"
             if fits(joined):
-                chunks[-1] = TextChunk(f"{last.text} {unit.text}", joined)
+                chunks[-1] = TextChunk(_join(last.text, unit.text), joined)
                 continue
         chunks.append(unit)
     logger.debug("split %d characters into %d chunk(s)", len(clean), len(chunks))

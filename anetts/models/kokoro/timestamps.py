@@ -73,9 +73,19 @@ def word_timestamps(words: Sequence[Word], pred_dur: Sequence[int], offset: floa
 CAPTION_SUFFIXES = (".json", ".srt", ".vtt")
 
 
-def _spoken(words: Sequence[WordTimestamp]) -> list[WordTimestamp]:
-    # captions show words; punctuation tokens carry times but are not cues of their own
+def spoken(words: Sequence[WordTimestamp]) -> list[WordTimestamp]:
+    """The words of ``words``: punctuation tokens carry times (upstream's rule) but are not words, not
+    cues of a caption file and not entries of the server's timestamps."""
     return [w for w in words if any(ch.isalnum() for ch in w.word)]
+
+
+def _cue_text(word: str, vtt: bool) -> str:
+    """A word as one line of cue text: no line break (a blank line would end the cue), and for WebVTT
+    ``&``, ``<`` and ``>`` escaped (its cue text is markup, and ``-->`` would start a timing line)."""
+    line = " ".join(word.split())
+    if vtt:
+        line = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return line
 
 
 def _clock(seconds: float, sep: str) -> str:
@@ -87,15 +97,16 @@ def _clock(seconds: float, sep: str) -> str:
 
 
 def format_timestamps(words: Sequence[WordTimestamp], suffix: str) -> str:
-    """``words`` as a file of the kind ``suffix`` names: .json (every timed token), .srt or .vtt (one cue per word)."""
+    """``words`` as a file of the kind ``suffix`` names: .json (a list), .srt or .vtt (one cue per word);
+    punctuation left out of each (:func:`spoken`)."""
     suffix = suffix.lower()
     if suffix == ".json":
-        return json.dumps([asdict(w) for w in words], ensure_ascii=False, indent=1) + "\n"
+        return json.dumps([asdict(w) for w in spoken(words)], ensure_ascii=False, indent=1) + "\n"
     if suffix == ".srt":
-        cues = [f"{n}\n{_clock(w.start_time, ',')} --> {_clock(w.end_time, ',')}\n{w.word}\n"
-                for n, w in enumerate(_spoken(words), 1)]
+        cues = [f"{n}\n{_clock(w.start_time, ',')} --> {_clock(w.end_time, ',')}\n{_cue_text(w.word, False)}\n"
+                for n, w in enumerate(spoken(words), 1)]
         return "\n".join(cues)
     if suffix == ".vtt":
-        cues = [f"{_clock(w.start_time, '.')} --> {_clock(w.end_time, '.')}\n{w.word}\n" for w in _spoken(words)]
+        cues = [f"{_clock(w.start_time, '.')} --> {_clock(w.end_time, '.')}\n{_cue_text(w.word, True)}\n" for w in spoken(words)]
         return "\n".join(["WEBVTT\n", *cues])
     raise ValueError(f"timestamps file must end in one of {', '.join(CAPTION_SUFFIXES)}, got {suffix or 'no suffix'!r}")
