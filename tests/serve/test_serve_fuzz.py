@@ -60,7 +60,7 @@ def nearly_valid(draw):
     body = {k: draw(v) for k, v in PLAIN.items()}
     if body["stream_format"] in ("audio",) and body["response_format"] in ("mp3", "flac"):
         body["response_format"] = "pcm"
-    field = draw(st.sampled_from([None, *HOSTILE]))
+    field = draw(st.sampled_from([None, None, None, *HOSTILE]))  # a third of them wholly valid
     if field is not None:
         body[field] = draw(HOSTILE[field])
     return {k: v for k, v in body.items() if v is not None}
