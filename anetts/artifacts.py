@@ -61,6 +61,15 @@ def end_to_end_path(model: str, root: Path = ARTIFACTS) -> Path:
     return model_dir(model, root) / "end_to_end.json"
 
 
+def listen_path(model: str, root: Path = ARTIFACTS) -> Path:
+    """The listener gate's verdict (rule listen); its worst clips are in :func:`listen_clips_dir`."""
+    return model_dir(model, root) / "listen.json"
+
+
+def listen_clips_dir(model: str, root: Path = ARTIFACTS) -> Path:
+    return model_dir(model, root) / "listen"
+
+
 def chain_parity_path(model: str, bucket: str, root: Path = ARTIFACTS) -> Path:
     """The compiled chain's check at one reference bucket (packages composed vs upstream)."""
     return model_dir(model, root) / "chain" / f"{bucket}.json"
@@ -336,7 +345,8 @@ def rule_patterns() -> dict[str, str]:
         "export_functions": export["functions"], "scenario": export["scenario"], "export_report": export["report"],
         "package": package_path(m, s, b), "package_report": package_report(m, s, b), "inspect": inspect_path(m, s, b),
         "parity": parity_path(m, s, b), "parity_arrays": arrays_beside(parity_path(m, s, b)),
-        "chain": chain_parity_path(m, b), "end_to_end": end_to_end_path(m),
+        "chain": chain_parity_path(m, b), "end_to_end": end_to_end_path(m), "listen": listen_path(m),
+        "listen_clips": listen_clips_dir(m),
         "bundle": bundle_path(m, s), "bundle_report": bundle_report(m, s), "bundle_parity": bundle_parity_path(m, s),
         "manifest": manifest_path(m), "report": report_path(m), "published": published_path(m),
         "aimodel": aimodel_path(m, s, b), "aimodel_report": aimodel_report(m, s, b),

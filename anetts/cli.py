@@ -112,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("args", nargs=argparse.REMAINDER)
     b.set_defaults(func=_bench)
 
+    li = sub.add_parser("listen", help="judge a build, or folders of wavs, by listening: words, voice, quality, "
+                                       "pitch against upstream's own variation (anetts.listen)", add_help=False)
+    li.add_argument("args", nargs=argparse.REMAINDER)
+    li.set_defaults(func=_listen)
+
     r = sub.add_parser("report", help="render <model-dir>/report.html from a built model (anetts.report)", add_help=False)
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(func=_report)
@@ -405,10 +410,15 @@ def _report(args) -> int:
     return _delegate("anetts.report", "report", args.args)
 
 
+def _listen(args) -> int:
+    return _delegate("anetts.listen.cli", "listen", args.args)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    passed_through = {"run-mil": _run_mil, "inspect": _inspect, "bench": _bench, "report": _report, "verify": _verify}
+    passed_through = {"run-mil": _run_mil, "inspect": _inspect, "bench": _bench, "report": _report, "verify": _verify,
+                      "listen": _listen}
     if argv[:1] and argv[0] in passed_through:  # everything after the name is the sub-command's, --help included
         return passed_through[argv[0]](argparse.Namespace(args=argv[1:]))
     try:

@@ -104,6 +104,10 @@ class FamilyDecl:
     # upstream modules most of the family's jobs import, imported once by the build's job server
     # (anetts.jobserver) instead of in every job; "package:submodule" skips the package's __init__
     job_imports: tuple[str, ...] = ()
+    # "module:function" judging a build by listening (anetts.listen.gate; rule `listen`, for models that
+    # configure `listen`): f(runtime, weights_dir, settings, clips_dir) -> report; None: the family has none
+    listen: str | None = None
+    listen_code: tuple[str, ...] = ()
 
     def hook(self, field_name: str):
         """The function a "module:function" field (`runtime`, `frame_cost`, `file_bytes`) names."""
@@ -124,6 +128,9 @@ class FamilyDecl:
 
     def end_to_end_paths(self) -> list[Path]:
         return [_PKG / s for s in self.end_to_end_code]
+
+    def listen_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.listen_code]
 
     def frame_cost_paths(self) -> list[Path]:
         return [_PKG / s for s in self.frame_cost_code]

@@ -54,7 +54,8 @@ class RuleSpec:
     wildcards: tuple[str, ...]
     # which jobs of a model the rule has: its stages of this kind (anetts.family.STAGE_KINDS),
     # "chain" (one per reference bucket, families with a chain check), "end_to_end" (one per model
-    # whose family declares an end-to-end check), or None (no stage filter)
+    # whose family declares an end-to-end check), "listen" (one per model configuring the listener
+    # gate), or None (no stage filter)
     jobs: str | None = None
     # Snakemake's `priority:` (higher first among ready jobs). 1 for the jobs that take both of a
     # 2-core box's cores and that later 1-thread work waits on (a bucket's reference: its exports;
@@ -74,6 +75,7 @@ RULES: dict[str, RuleSpec] = {
     "bundle_parity": RuleSpec(2, "stage", ("stage",), "bucketed"),
     "chain_parity": RuleSpec(2, "bucket", ("bucket",), "chain"),
     "end_to_end": RuleSpec(2, "packages", (), "end_to_end"),
+    "listen": RuleSpec(2, None, (), "listen"),
     "parity_summary": RuleSpec(1, "packages", ()),
     "manifest": RuleSpec(1, "packages", ()),
     "runtime_assets": RuleSpec(1, None, ()),
@@ -299,6 +301,8 @@ def rule_jobs(wf, rule: str, model: str) -> list[tuple[str | None, str | None]]:
     rs = spec(rule)
     if rs.jobs == "end_to_end":
         return [(None, None)] if wf.end_to_end_reports(model) else []
+    if rs.jobs == "listen":
+        return [(None, None)] if wf.listen_reports(model) else []
     stages = [s for s in wf.stages(model) if rs.jobs in (None, "chain") or wf.stage_kind(model, s) == rs.jobs]
     if rs.jobs == "chain":
         return [(None, Path(p).stem) for p in wf.chain_reports(model)]

@@ -433,6 +433,23 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "loader.py",
                           _PKG / "verify" / "end_to_end.py", _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
 
+    # -- listening (rule listen): the corpus through upstream and the build, judged as a listener would
+    def listen_settings(self, model: str) -> dict | None:
+        """The model's `listen` block, or None when it has none (the synthetic presets: their upstream
+        speaks no words) or its family has no listener check."""
+        own = self.config["models"][model].get("listen")
+        if not own or not self.decl(model).listen:
+            return None
+        return canonical(dict(own))
+
+    def listen_reports(self, model: str) -> list[str]:
+        return [str(artifacts.listen_path(model))] if self.listen_settings(model) else []
+
+    def listen_code(self, model: str) -> list[str]:
+        runtime = sorted((_PKG / "runtime").glob("*.py"))
+        return self._rel([*self.decl(model).listen_paths(), *runtime, _PKG / "loader.py", _PKG / "compile" / "manifest.py",
+                          _PKG / "verify" / "end_to_end.py"])
+
     def reference_params(self, model: str) -> dict:
         """Parameters of the shared reference run beyond its bucket size (scenario families: frames)."""
         fam = self.config["families"][self.family_of(model)]

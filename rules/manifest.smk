@@ -16,6 +16,8 @@ rule manifest:
         chain=lambda w: WF.chain_reports(w.model),
         # the runtime end to end over the compiled packages, for families that declare a check
         end_to_end=lambda w: WF.end_to_end_reports(w.model),
+        # the listener gate, for models that configure one (real weights)
+        listen=lambda w: WF.listen_reports(w.model),
     output:
         PATHS["manifest"],
     log:

@@ -37,6 +37,15 @@ def _chain_verdict(path: Path, rel) -> dict:
     return {"bucket": Path(path).stem, "passed": r["passed"], "checks": r["checks"], "report": rel(path)}
 
 
+def _listen_verdict(path: Path, rel) -> dict:
+    r = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {"passed": r["passed"], "failed": r["failed"], "backend": r["backend"], "report": rel(path),
+            "languages": {lang: {"clips": v["clips"], "checks": {k: {"candidate": c["candidate"], "floor": c["floor"],
+                                                                     "limit": c["limit"], "passed": c["passed"]}
+                                                                 for k, c in v["checks"].items()}}
+                          for lang, v in r["languages"].items()}}
+
+
 def _assets(assets_dir: Path, rel) -> list[dict]:
     files = sorted(p for p in Path(assets_dir).rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
     # "output": the build output (rule runtime_assets' directory) the file is part of; a file
@@ -56,7 +65,8 @@ def write_manifest(out: Path, *args, **kwargs) -> dict:
 def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: list, torchscripts: list,
                    scenarios: list, parity: list, model_meta: dict, stages: dict, bundles: list = (),
                    bundle_parity: list = (),
-                   assets_dir: Path | None = None, chain: list = (), end_to_end: list = ()) -> dict:
+                   assets_dir: Path | None = None, chain: list = (), end_to_end: list = (),
+                   listen: list = ()) -> dict:
     """The manifest of `model_dir` (paths relative to it), as a dict. The end-to-end check builds
     one without writing it: it composes the packages through the runtime before the manifest exists."""
     model_dir = Path(model_dir).resolve()
@@ -132,6 +142,8 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
         "chain": [_chain_verdict(p, rel) for p in chain],
         # the runtime's composition of the compiled packages against upstream, on fixed texts
         "end_to_end": [_chain_verdict(p, rel) for p in end_to_end],
+        # the build judged by listening against upstream's own seed-to-seed variation (real weights)
+        "listen": [_listen_verdict(p, rel) for p in listen],
         "provenance": provenance(),
     }
     return manifest

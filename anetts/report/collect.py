@@ -104,6 +104,26 @@ def read_waveforms(path, region, name: str) -> dict[str, np.ndarray]:
     return {k: v[lo:hi] for k, v in out.items()}
 
 
+def read_listen(path, clips_dir) -> dict:
+    """The listener gate's report, its worst clips (reference and candidate) as wav data URIs."""
+    import soundfile as sf
+
+    d = read_json(path, "listener gate report", ("passed", "languages"))
+    for language, lang in d["languages"].items():
+        for metric, worst in (lang.get("worst") or {}).items():
+            for side in ("reference", "candidate"):
+                wav = Path(clips_dir or Path(path).with_suffix("")) / worst[side]
+                if not wav.is_file():
+                    raise _missing(wav, f"listener gate clip ({language}, {metric})")
+                try:
+                    audio, rate = sf.read(wav, dtype="float32")
+                except (RuntimeError, ValueError) as e:
+                    raise ReportInputError(f"report input {wav} (listener gate clip) is not audio: {e}") from e
+                worst[f"{side}_uri"] = wav_data_uri(audio, rate)
+    d["_path"] = str(path)
+    return d
+
+
 def bench_result(path) -> dict:
     from anetts.bench import BenchError, validate_bench
 
@@ -179,6 +199,8 @@ def collect(inputs: dict[str, list[str]]) -> dict:
         d = bench_result(p)
         d["_path"] = str(p)
         data["bench"].append(d)
+
+    data["listen"] = [read_listen(p, inputs.get("listen_clips", [None])[0]) for p in inputs.get("listen", [])]
 
     prov = {}
     for group in ("parity", "inspect", "package_reports", "bundles", "bundle_parity", "runtime_benchmarks", "bench"):

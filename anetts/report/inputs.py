@@ -13,7 +13,7 @@ from anetts import artifacts
 
 # The keys of an inputs mapping, in the order the report shows them.
 KEYS = ("manifest", "parity_summary", "waveform_plot", "parity", "parity_arrays", "inspect", "package_reports",
-        "bundles", "bundle_parity", "job_benchmarks", "runtime_benchmarks", "bench")
+        "bundles", "bundle_parity", "job_benchmarks", "runtime_benchmarks", "bench", "listen", "listen_clips")
 
 
 def audio_output(family: str) -> dict:
@@ -42,7 +42,7 @@ def benchmark_files(wf, model: str, patterns: dict[str, tuple[str, str | None]])
     """
     out = []
     for rule, (pattern, jobs) in sorted(patterns.items()):
-        if jobs == "end_to_end" and not wf.end_to_end_reports(model):
+        if jobs == "end_to_end" and not wf.end_to_end_reports(model) or jobs == "listen" and not wf.listen_reports(model):
             continue
         stages = [s for s in wf.stages(model) if jobs in (None, "chain") or wf.stage_kind(model, s) == jobs]
         if jobs == "chain":
@@ -79,6 +79,8 @@ def report_inputs(wf, model: str, benchmark_patterns: dict[str, tuple[str, str |
         "job_benchmarks": benchmark_files(wf, model, benchmark_patterns),
         "runtime_benchmarks": found_jsons(mdir / "benchmarks"),
         "bench": found_jsons(artifacts.bench_dir(model, root)),
+        "listen": wf.listen_reports(model),
+        "listen_clips": [str(artifacts.listen_clips_dir(model, root))] if wf.listen_reports(model) else [],
     }
 
 
@@ -112,4 +114,6 @@ def discover_inputs(model_dir: Path) -> dict[str, list[str]]:
         "job_benchmarks": sorted(str(p) for p in (mdir / "benchmarks").rglob("*.tsv")),
         "runtime_benchmarks": found_jsons(mdir / "benchmarks"),
         "bench": found_jsons(artifacts.bench_dir(model, root)),
+        "listen": [str(artifacts.listen_path(model, root))] if m.get("listen") else [],
+        "listen_clips": [str(artifacts.listen_clips_dir(model, root))] if m.get("listen") else [],
     }

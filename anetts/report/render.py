@@ -130,6 +130,50 @@ def _parity_section(d: dict) -> str:
     return "".join(out)
 
 
+_LISTEN_METRICS = {  # metric -> (label, number format)
+    "token_error_rate": ("transcript edits per token vs upstream's", "{:.4f}"),
+    "speaker_cosine_mean": ("speaker cosine, mean", "{:.4f}"), "speaker_cosine_min": ("speaker cosine, worst clip", "{:.4f}"),
+    "distillmos_delta": ("DistillMOS change", "{:+.3f}"), "dnsmos_p808_delta": ("DNSMOS P.808 change", "{:+.3f}"),
+    "pitch_cents": ("pitch error, cents RMSE", "{:.1f}"), "voicing_disagreement": ("voicing disagreement", "{:.3f}"),
+    "log_mel_l1": ("log-mel distance, nats", "{:.4f}"),
+}
+
+
+def _listen_section(d: dict) -> str:
+    out = ["<section id='listen'><h2>Listening</h2>"]
+    if not d.get("listen"):
+        out.append("<p class='muted'>No listener gate for this model: it runs on real weights only (a model "
+                   "with a <code>listen</code> block in config.yaml), because synthetic weights make speech-shaped "
+                   "noise and upstream's own rendering has no words, voice or pitch to judge. This build is held "
+                   "to its parity gates and the end-to-end check.</p></section>")
+        return "".join(out)
+    for rep in d["listen"]:
+        out.append(f"<p>The corpus spoken by upstream at two seeds and by the compiled packages ({_h(rep.get('backend'))}); "
+                   f"each metric holds within upstream's own seed-to-seed floor plus its margin. "
+                   f"Overall: {_verdict(rep['passed'])}</p>")
+        for language, lang in rep["languages"].items():
+            rows = [[_h(_LISTEN_METRICS[k][0]), _num(c["candidate"], _LISTEN_METRICS[k][1]),
+                     _num(c["floor"], _LISTEN_METRICS[k][1]), _num(c["limit"], _LISTEN_METRICS[k][1]),
+                     _verdict(c["passed"])] for k, c in lang["checks"].items()]
+            out.append(f"<h3 data-listen='{_h(language)}'>{_h(language)}: {lang['clips']} clips, "
+                       f"{lang['seconds']:.0f} s of audio</h3>")
+            out.append(_table(["metric", "build", "upstream floor", "limit", "verdict"], rows, num_cols=(1, 2, 3)))
+            cards = ["<div class='grid'>"]
+            for metric, w in (lang.get("worst") or {}).items():
+                row = lang["rows"][w["row"]]
+                cards.append(f"<div class='card'><b>worst for {_h(_LISTEN_METRICS[metric][0])}</b><br>"
+                             f"{_h(row['sentence']['text'])} <span class='muted'>({_h(row['sentence']['voice'])})</span><br>"
+                             f"upstream: <i>{_h(row['reference_transcript'])}</i><br>"
+                             f"build: <i>{_h(row['candidate']['transcript'])}</i>"
+                             f"<div>upstream<br><audio controls preload='none' src='{w['reference_uri']}'></audio></div>"
+                             f"<div>build<br><audio controls preload='none' data-listen-clip='{_h(language)}/{_h(metric)}' "
+                             f"src='{w['candidate_uri']}'></audio></div></div>")
+            cards.append("</div>")
+            out.append("".join(cards))
+    out.append("</section>")
+    return "".join(out)
+
+
 def json_key(d) -> str:
     import json
 
@@ -328,9 +372,10 @@ def render(d: dict) -> str:
                 + _table(["stage", "buckets", "deployment target", "precision", "compute units (hint)", "linear rewrite"], st_rows)
                 + f"<p class='muted'>weights: {_h(src.get('source') if isinstance(src, dict) else src)} "
                   f"{_h((man.get('weights') or {}).get('revision') or (man.get('weights') or {}).get('preset') or '')}</p></section>")
-    body = [overview, _parity_section(d), _packages_section(d), _build_section(d), _runtime_section(d),
-            _bench_section(d), _provenance_section(d)]
+    body = [overview, _parity_section(d), _listen_section(d), _packages_section(d), _build_section(d),
+            _runtime_section(d), _bench_section(d), _provenance_section(d)]
     nav = "".join(f'<a href="#{i}">{t}</a>' for i, t in (("overview", "Overview"), ("parity", "Parity"),
+                                                        ("listen", "Listening"),
                                                         ("packages", "Packages"), ("build", "Build"),
                                                         ("runtime", "Runtime"), ("bench", "On-device bench"),
                                                         ("provenance", "Provenance")))

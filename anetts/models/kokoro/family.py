@@ -42,4 +42,9 @@ DECLARATION = FamilyDecl(
     audio=("generator", "waveform", 24000),
     # the runtime end to end over the compiled packages vs upstream KModel (rule end_to_end)
     end_to_end_code=(f"{_K}/end_to_end.py", f"{_K}/runtime.py", f"{_K}/text.py", f"{_K}/dsp.py", f"{_K}/weights.py"),
+    # the corpus through upstream and the build, judged by the listener models (rule listen)
+    listen="anetts.models.kokoro.listen:check_listen",
+    listen_code=(f"{_K}/listen.py", f"{_K}/runtime.py", f"{_K}/frontend.py", f"{_K}/text.py", f"{_K}/weights.py",
+                 "listen/__init__.py", "listen/toolkit.py", "listen/metrics.py", "listen/corpus.py", "listen/gate.py",
+                 "listen/corpus/en.txt", "listen/corpus/ja.txt"),
 )

