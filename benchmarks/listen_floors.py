@@ -7,13 +7,13 @@ The corpus (anetts/listen/corpus) is spoken by upstream ``KModel`` at seeds 0 (t
 
 | candidate | what it is |
 |---|---|
-| ``upstream-seed2`` | upstream at a third seed: the positive control, what the margins must admit |
+| ``upstream-seed2``, ``-seed3`` | upstream at a third and a fourth seed: positive controls, what the margins must admit |
 | ``configured`` | the build's packages as configured, MIL executor (what rule ``listen`` runs) |
 | ``torch`` | the build's fp32 TorchScript exports (the torch backend) |
 | ``fp16`` | every stage re-converted from the same exports at fp16 with no fp32 ops, MIL executor |
 | ``int8`` | the configured packages with every weight int8 per channel (coremltools linear), MIL executor: the negative control, which must fail |
 
-``fp16`` and ``int8`` are built here into ``--work`` and composed through an in-memory manifest (as the
+``fp16`` and ``int8`` are built here into ``artifacts/<model>/listen_controls/`` and composed through an in-memory manifest (as the
 end-to-end gate composes the build): they carry the base packages' parity verdicts, so they are a
 measurement, never an artifact. Audio and features are cached in ``--work``, so a rerun only does what
 is missing.
@@ -49,9 +49,9 @@ from anetts.models.kokoro.dsp import SAMPLE_RATE
 from anetts.workflow import WorkflowConfig
 
 log = logging.getLogger("listen_floors")
-CANDIDATES = ("upstream-seed2", "configured", "torch", "fp16", "int8")
-INT8 = {"mode": "linear", "dtype": "int8", "granularity": "per_channel", "weight_threshold": 2048,
-        "exclude_op_types": [], "exclude_op_names": []}
+CACHED: dict[str, int] = {}  # side -> clips whose audio came from an earlier run's cache (their seconds are not counted)
+CANDIDATES = ("upstream-seed2", "upstream-seed3", "configured", "torch", "fp16", "int8")
+INT8 = {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}  # compress.DEFAULTS fill the rest
 
 
 def _packages(wf: WorkflowConfig, model: str):
@@ -106,16 +106,17 @@ def make_fp16(wf, model):
 
 
 def make_int8(wf, model):
-    from anetts.compile.compress import compress_model
+    from anetts.compile.compress import compress_model, resolve_settings
     from anetts.compile.reproducible import stabilize_package
 
     def make(stage, bucket, pkg, rep, functions, export_report, out_pkg, out_rep):
-        mlmodel, gained, _ = compress_model(pkg, {**INT8, "variant": "int8-all"}, f"int8-all {stage}/{bucket}")
+        settings = resolve_settings(INT8, "int8")
+        mlmodel, gained, _ = compress_model(pkg, {**settings, "variant": "int8-all"}, f"int8-all {stage}/{bucket}")
         mlmodel.save(str(out_pkg))
         stabilize_package(out_pkg)
         base = json.loads(Path(rep).read_text(encoding="utf-8"))
         out_rep.write_text(json.dumps({**base, "package": out_pkg.name, "bytes": artifacts.tree_bytes(out_pkg),
-                                       "compression": {"settings": INT8, "constexpr_ops": gained}}), encoding="utf-8")
+                                       "compression": {"settings": settings, "constexpr_ops": gained}}), encoding="utf-8")
     return make
 
 
@@ -128,13 +129,18 @@ def _cached(path: Path, compute):
     return value
 
 
+def _key(item) -> str:
+    return f"{item.sentence.language}-{item.sentence.index:03d}-{item.voice}"
+
+
 def render(items, side: str, work: Path, speak) -> float:
-    """Each item's audio on ``side`` (cached as ``work/audio/<side>/<language>-<index>.npy``); seconds spent."""
+    """Each item's audio on ``side`` (cached as ``work/audio/<side>/<language>-<index>-<voice>.npy``); seconds spent."""
     spent = 0.0
     for item in items:
-        path = work / "audio" / side / f"{item.sentence.language}-{item.sentence.index:03d}.npy"
+        path = work / "audio" / side / f"{_key(item)}.npy"
         if path.is_file():
             item.audio[side] = np.load(path)
+            CACHED[side] = CACHED.get(side, 0) + 1
             continue
         t0 = time.perf_counter()
         item.audio[side] = np.asarray(speak(item), np.float32).reshape(-1)
@@ -149,7 +155,7 @@ def hear(items, side: str, work: Path, listener) -> float:
 
     spent = 0.0
     for item in items:
-        path = work / "heard" / side / f"{item.sentence.language}-{item.sentence.index:03d}.pkl"
+        path = work / "heard" / side / f"{_key(item)}.pkl"
 
         def compute(item=item):
             nonlocal spent
@@ -185,6 +191,29 @@ def judged(items, side: str, margins: G.Margins) -> dict:
             "token_error_rate_by_set": {k: v["edits"] / max(v["tokens"], 1) for k, v in by_set.items()}}
     return out
 
+def write(path: Path, args, settings, items, margins, seconds, results, done: bool) -> None:
+    audio_s = sum(item.audio["reference"].size for item in items) / SAMPLE_RATE
+    out = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "command": "listen_floors.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "complete": done,
+        "model": args.model, "voices": settings["voices"],
+        "seeds": {"reference": 0, "floor": 1, **{c: int(c[len("upstream-seed"):]) for c in results
+                                                   if c.startswith("upstream-seed")}},
+        "sentences": {lang: sum(i.sentence.language == lang for i in items) for lang in settings["voices"]},
+        "audio_s_per_side": round(audio_s, 2),
+        "margins": margins.values,
+        "seconds": seconds,
+        # per second of audio, over the sides rendered and heard whole in this run (not from the cache)
+        "listen_s_per_audio_s": {k: round(v["listen"] / audio_s, 3) for k, v in seconds.items() if not CACHED.get(k)},
+        "render_s_per_audio_s": {k: round(v["render"] / audio_s, 3) for k, v in seconds.items() if not CACHED.get(k)},
+        "cached_clips": CACHED,
+        "candidates": results,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -211,6 +240,8 @@ def main() -> int:
     if unknown:
         ap.error(f"--candidates: unknown {unknown}; known {list(CANDIDATES)}")
     work = args.work / args.model
+    # the runtime reads packages only inside the model's folder (git-ignored, as all of artifacts/)
+    controls = artifacts.model_dir(args.model) / "listen_controls"
     items = L.corpus(dict(settings["voices"]), args.limit)
     upstream = L.Upstream(artifacts.weights_dir(args.model))
     listener = Listener()
@@ -228,8 +259,8 @@ def main() -> int:
     results = {}
     for name in candidates:
         build_s = None
-        if name == "upstream-seed2":
-            speak = lambda it: upstream.speak(it.sentence.text, it.voice, 2)
+        if name.startswith("upstream-seed"):
+            speak = lambda it, seed=int(name[len("upstream-seed"):]): upstream.speak(it.sentence.text, it.voice, seed)
         else:
             if name in ("configured", "torch"):
                 tts = _runtime(wf, args.model, wf.packages(args.model), wf.package_reports(args.model))
@@ -238,28 +269,15 @@ def main() -> int:
                     tts = type(tts)(tts.artifacts, Runner("torch", tts.artifacts))
             else:
                 make = {"fp16": make_fp16, "int8": make_int8}[name](wf, args.model)
-                packages, reports, build_s = _rebuilt(wf, args.model, work / "packages", name, make)
+                packages, reports, build_s = _rebuilt(wf, args.model, controls, name, make)
                 tts = _runtime(wf, args.model, packages, reports)
             speak = lambda it, tts=tts: tts.synthesize(it.sentence.text, voice=it.voice).audio
             log.info("%s: backend %s", name, tts.backend.name)
         side(name, speak, build_s)
         results[name] = judged(items, name, margins)
         log.info("%s: passed %s, failed %s", name, results[name]["passed"], results[name]["failed"])
-    audio_s = sum(item.audio["reference"].size for item in items) / SAMPLE_RATE
-    out = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-        "command": "listen_floors.py " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "model": args.model, "voices": settings["voices"], "seeds": {"reference": 0, "floor": 1, "upstream-seed2": 2},
-        "sentences": {lang: sum(i.sentence.language == lang for i in items) for lang in settings["voices"]},
-        "audio_s_per_side": round(audio_s, 2),
-        "margins": margins.values,
-        "seconds": seconds,
-        "listen_s_per_audio_s": {k: round(v["listen"] / audio_s, 3) for k, v in seconds.items() if v["listen"] > 0},
-        "candidates": results,
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        write(args.output, args, settings, items, margins, seconds, results, done=False)
+    write(args.output, args, settings, items, margins, seconds, results, done=True)
     print(json.dumps({k: {"passed": v["passed"], "failed": v["failed"]} for k, v in results.items()}, indent=1))
     return 0
 

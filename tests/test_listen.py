@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from anetts.listen import gate as G
+from anetts.listen.build import write_listen_verdict
 from anetts.listen.metrics import edits, tokens
+from anetts.report.collect import read_listen
+from anetts.report.render import _listen_section
+from anetts.verify.parity import ParityError
 
 ROOT = Path(__file__).resolve().parents[1]
 ONNX = ROOT / ".cache" / "kokoro-onnx"
@@ -21,7 +27,9 @@ MARGINS = {"token_error_rate": 0.02, "speaker_cosine_mean": 0.005, "speaker_cosi
 
 def test_transcripts_compare_by_words_or_characters():
     assert tokens("Hello, World!  It's 3 o'clock.", "en") == ["hello", "world", "it", "s", "3", "o", "clock"]
-    assert tokens("今日は、いい天気ですね。", "ja") == list("今日はいい天気ですね")
+    # Japanese by its reading: one sound spelt in kanji or in kana is one transcript
+    assert tokens("すずき先生は、京都の大学で教えています。", "ja") == tokens("すずき先生は きょうとの大学で教えています", "ja")
+    assert tokens("玉子", "ja") == list("タマゴ") and tokens("京都", "ja") != tokens("東京", "ja")
     assert edits(["a", "b", "c"], ["a", "c"]) == 1 and edits([], ["x", "y"]) == 2 and edits(list("kitten"), list("sitting")) == 3
 
 
@@ -77,6 +85,13 @@ def test_upstream_passes_against_itself_and_a_swapped_voice_fails_naming_the_met
     lang = same["languages"]["en"]
     assert same["passed"], lang["checks"]
     assert lang["clips"] == 6 and lang["checks"]["speaker_cosine_mean"]["floor"] > 0.99
+    # a passed verdict is written with its worst clips, and the report shows it with the clips side by side
+    L.write_worst_clips(items, same, tmp_path / "listen")
+    write_listen_verdict({**same, "backend": "upstream seed 2"}, tmp_path / "listen.json")
+    html = _listen_section({"listen": [read_listen(tmp_path / "listen.json", tmp_path / "listen")]})
+    assert "<h3 data-listen='en'>en: 6 clips" in html and html.count("<audio") == 2 * len(lang["worst"])
+    assert "data:audio/wav;base64," in html and "upstream seed 2" in html
+    _write_folders(tmp_path / "folders", items[:2])  # upstream's clips for `anetts listen` below
     for item in items:  # the build speaks every sentence in another voice of the same language
         item.audio["candidate"] = upstream.speak(item.sentence.text, "af_bella", 0)
         del item.heard["candidate"]
@@ -89,6 +104,70 @@ def test_upstream_passes_against_itself_and_a_swapped_voice_fails_naming_the_met
     assert (tmp_path / "clips" / worst["candidate"]).is_file()
     json.dumps(swapped, default=float)  # the report is JSON
     assert not any(math.isnan(c["candidate"]) for c in swapped["languages"]["en"]["checks"].values())
+    # a failed gate leaves no verdict that looks good: the report beside it, and an error naming the metric
+    with pytest.raises(ParityError, match="listener gate failed on .*en: speaker_cosine_mean"):
+        write_listen_verdict({**swapped, "backend": "upstream"}, tmp_path / "swapped.json")
+    assert not (tmp_path / "swapped.json").exists() and (tmp_path / "swapped.failed.json").is_file()
+
+    # `anetts listen` over folders of wavs judges the same way: the swapped voice fails, naming the metric
+    _write_folders(tmp_path / "folders", items[:2], candidate_only=True)
+    folders = tmp_path / "folders"
+    proc = subprocess.run([sys.executable, "-m", "anetts.cli", "listen", "--reference", str(folders / "reference"),
+                           "--floor", str(folders / "floor"), "--candidate", str(folders / "candidate"),
+                           "--model", "kokoro-82m-onnx", "--config", str(ROOT / "config.yaml"), "-o", str(tmp_path / "cli.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "the gate failed on" in proc.stderr and "speaker_cosine" in proc.stderr
+    cli = json.loads((tmp_path / "cli.json").read_text())
+    assert cli["languages"]["en"]["clips"] == 2 and not cli["passed"]
+
+
+def _write_folders(root: Path, items, candidate_only: bool = False) -> None:
+    """<root>/<side>/<language>/<index>.wav for `anetts listen`'s folder mode."""
+    import soundfile as sf
+
+    from anetts.models.kokoro.dsp import SAMPLE_RATE
+
+    for side in ("candidate",) if candidate_only else ("reference", "floor"):
+        for item in items:
+            path = root / side / item.sentence.language / f"{item.sentence.index:03d}.wav"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sf.write(path, item.audio[side], SAMPLE_RATE, subtype="FLOAT")
+
+
+def test_anetts_listen_names_bad_arguments(tmp_path):
+    def listen(*args):
+        return subprocess.run([sys.executable, "-m", "anetts.cli", "listen", *args], capture_output=True, text=True, cwd=ROOT)
+
+    proc = listen()
+    assert proc.returncode == 2 and "give --model-dir, or --reference and --candidate" in proc.stderr
+    (tmp_path / "a" / "en").mkdir(parents=True)
+    proc = listen("--reference", str(tmp_path / "a"), "--candidate", str(tmp_path / "a"))
+    assert proc.returncode == 2 and "no <language>/<name>.wav files" in proc.stderr
+    proc = listen("--reference", str(tmp_path / "a"), "--candidate", str(tmp_path / "a"), "--floor", str(tmp_path / "a"))
+    assert proc.returncode == 2 and "--floor needs --model" in proc.stderr
+
+
+def _dry_run_jobs(tmp_path, model: str) -> dict[str, int]:
+    import re
+
+    import yaml
+
+    from workflow_helpers import make_workflow_copy, run_snakemake
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["model"] = model
+    weights = cfg["models"]["kokoro-82m-onnx"]["weights"]
+    weights["model"], weights["voices_path"] = str(ROOT / weights["model"]), str(ROOT / weights["voices_path"])
+    work = make_workflow_copy(tmp_path / model, cfg)
+    out = run_snakemake(work, "-n", "all").stdout
+    table = out.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_the_dag_gates_real_weights_by_listening_and_synthetic_weights_not(tmp_path):
+    assert _dry_run_jobs(tmp_path, "kokoro-82m-onnx")["listen"] == 1
+    assert "listen" not in _dry_run_jobs(tmp_path, "kokoro-tiny")
 
 
 def test_a_missing_toolkit_is_named_not_downloaded(monkeypatch):

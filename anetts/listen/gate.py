@@ -16,7 +16,7 @@ margin, in the direction that is worse for a listener:
 | ``log_mel_l1`` | mean log-mel distance | candidate <= floor + margin |
 
 Transcripts are compared with upstream's transcript, not with the text: a listener hears what upstream
-says, and Whisper's spelling of numbers (or Japanese's kanji / kana variants) is not the TTS's fault.
+says, and Whisper's spelling of numbers is not the TTS's fault; Japanese compares by reading (kanji or kana alike).
 Waveform SNR is not here: two draws of upstream score 20-23 dB against each other.
 """
 from __future__ import annotations

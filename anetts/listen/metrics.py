@@ -2,8 +2,8 @@
 
 A clip's features (:func:`features`): its transcript (Whisper base), a speaker embedding (Resemblyzer),
 two MOS predictions (DistillMOS, DNSMOS P.808), its pitch track and voicing (pyin, C2..C6, 10 ms hop)
-and its log-mel spectrogram. Two clips compared (:func:`compare`): transcript edits (words; Japanese and
-Chinese: characters), speaker cosine, MOS differences, pitch error in cents over the frames both voice,
+and its log-mel spectrogram. Two clips compared (:func:`compare`): transcript edits (words; Japanese:
+the characters of its reading; Chinese: characters), speaker cosine, MOS differences, pitch error in cents over the frames both voice,
 voicing disagreement, and the mean log-mel distance.
 """
 from __future__ import annotations
@@ -73,9 +73,28 @@ def features(listener: Listener, audio: np.ndarray, sample_rate: int, language: 
                     log_mel(audio, sample_rate), audio.size / sample_rate)
 
 
+_HIRAGANA = {c: c + 0x60 for c in range(0x3041, 0x3097)}  # hiragana -> katakana, one code point apart
+
+
+def reading(text: str) -> str:
+    """Japanese as it is pronounced, in katakana (unidic's ``pron`` per word; its ``kana``, else the word
+    itself, where a word has none): Whisper writes one sound as 京都 or きょうと, 玉子 or 卵, and a
+    listener hears no difference. The tagger is fugashi over unidic-lite, as the Japanese G2P reads."""
+    from anetts.models.kokoro.frontend import G2P_LOCK, _g2p
+
+    tagger = _g2p("j").cutlet.tagger
+    with G2P_LOCK:
+        words = [(w.surface, w.feature.pron, w.feature.kana) for w in tagger(text)]
+    return "".join(next((r for r in (pron, kana) if r and r != "*"), surface)
+                   for surface, pron, kana in words).translate(_HIRAGANA)
+
+
 def tokens(text: str, language: str) -> list[str]:
-    """Words (or, for Japanese and Chinese, characters) of a transcript, without case or punctuation."""
+    """Words (or, for Japanese and Chinese, characters; Japanese by its reading) of a transcript, without
+    case or punctuation."""
     text = unicodedata.normalize("NFKC", text).lower()
+    if language == "ja":
+        text = reading(text)
     text = "".join(" " if unicodedata.category(ch).startswith(("P", "S")) else ch for ch in text)
     if language in CHARACTER_LANGUAGES:
         return [ch for ch in text if not ch.isspace()]

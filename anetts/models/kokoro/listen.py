@@ -74,13 +74,14 @@ class Upstream:
 
 
 def corpus(voices: dict[str, list[str]], limit: int | None = None) -> list[Rendered]:
-    """Every sentence of each language's corpus, voices taken in turn."""
+    """Every sentence of each language's corpus, voices taken in turn by the sentence's line, so a
+    sentence has the same voice whatever ``limit`` keeps."""
     out = []
     for language, names in voices.items():
         if not names:
             raise ValueError(f"listen.voices.{language}: no voices")
-        for i, s in enumerate(sentences(language, limit)):
-            out.append(Rendered(s, names[i % len(names)]))
+        for s in sentences(language, limit):
+            out.append(Rendered(s, names[s.index % len(names)]))
     return out
 
 
