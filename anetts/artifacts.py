@@ -46,10 +46,10 @@ def export_base(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> 
 
 
 def export_files(model: str, stage: str, bucket: str, root: Path = ARTIFACTS) -> dict[str, Path]:
-    """Every file an export writes, by role, for every stage kind: `functions` (a folder of one
-    TorchScript per function, `<function>.pt`; a stateless bucket's one function is `main`),
-    `scenario` (the calls parity plays: inputs, valid regions and expected outputs per call; a
-    stateless bucket's one call also keeps its traced outputs) and `report`."""
+    """Every file an export writes, by role, for every stage: `functions` (a folder of one
+    TorchScript per function, `<function>.pt`; a one-call stage's one function is `main`),
+    `scenario` (the calls parity plays: inputs, valid regions and expected outputs per call) and
+    `report`."""
     base = export_base(model, stage, bucket, root)
     return {"functions": base.with_name(base.name + ".functions"),
             "scenario": base.with_name(base.name + ".scenario.npz"),

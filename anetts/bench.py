@@ -169,10 +169,9 @@ def usable_targets(targets, capacity_s: float) -> list[int]:
 
 def example_calls(entry) -> dict[str, dict[str, np.ndarray]]:
     """Inputs per function of `entry`: the first call of each function in the scenario its parity
-    played (a stateless bucket's one call on its example inputs; timed on a fresh state: a call
+    played (a one-call stage's call on its example inputs; timed on a fresh state: a call
     costs the same whatever the state holds)."""
-    from anetts.verify.parity import ParityError
-    from anetts.verify.scenario import load_scenario
+    from anetts.scenario import load_scenario
 
     path = entry.scenario
     if path is None or not Path(path).is_file():
@@ -180,7 +179,7 @@ def example_calls(entry) -> dict[str, dict[str, np.ndarray]]:
                          "the bench times each package on its build's own example calls")
     try:
         sc, _ = load_scenario(Path(path))
-    except (ParityError, KeyError, ValueError) as e:
+    except (KeyError, ValueError) as e:  # ScenarioError is a ValueError
         raise BenchError(f"{entry.label}: {path} is not a usable scenario ({e})") from e
     calls = {}
     for c in sc.calls:

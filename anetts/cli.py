@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from anetts.artifacts import atomic_file
-from anetts.loader import DEFAULT_MODEL_DIR
+from anetts.loader import DEFAULT_MODEL_DIR, HF_SCHEME
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
 from anetts.serve import config as SV
 
@@ -203,7 +203,7 @@ def _speak(args) -> int:
         return 2
     try:
         model = args.model if args.model is not None else args.model_dir
-        if isinstance(model, str) and not model.startswith("hf://"):
+        if isinstance(model, str) and not model.startswith(HF_SCHEME):
             model = Path(model)
         tts = load(model, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
                    deployment_target=args.deployment_target)

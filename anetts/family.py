@@ -24,13 +24,6 @@ BUCKET_UNITS = {
     "frames": (lambda size: f"f{size}", r"f\d+"),
 }
 
-# How a stage is exported, converted and verified:
-#   bucketed  one traced function per bucket, parity on one example call (Kokoro's stages)
-#   scenario  one package of several functions (e.g. prefill + decode) sharing weights and states,
-#             verified by a teacher-forced scenario of calls with the state carried (anetts.verify.scenario)
-STAGE_KINDS = ("bucketed", "scenario")
-
-
 @dataclass(frozen=True)
 class StageDecl:
     name: str
@@ -38,7 +31,10 @@ class StageDecl:
     sources: tuple[str, ...]  # files (relative to anetts/) whose edits must re-export this stage
     uses_reference: bool = False  # examples come from the family's shared per-bucket reference run
     description: str = ""
-    kind: str = "bucketed"  # a STAGE_KINDS entry
+    # its buckets' one-function packages are merged into one multifunction package (rules bundle,
+    # bundle_parity) and have Core AI assets (aimodel); False for a stage whose package holds several
+    # functions with states already, in shapes that differ per bucket (Fish's AR stages)
+    bundle: bool = True
     # config key whose value N splits this stage into N stages `<name><k>` (k = 0..N-1), e.g. the
     # slow AR's layers in chunks; None: one stage
     repeat: str | None = None
@@ -46,8 +42,6 @@ class StageDecl:
     def __post_init__(self):
         if self.bucket_unit not in BUCKET_UNITS:
             raise ValueError(f"stage {self.name}: unknown bucket unit {self.bucket_unit!r}; known: {sorted(BUCKET_UNITS)}")
-        if self.kind not in STAGE_KINDS:
-            raise ValueError(f"stage {self.name}: unknown kind {self.kind!r}; known: {STAGE_KINDS}")
 
     def instances(self, settings: dict) -> list[str]:
         """The stage names this declaration becomes under its config block `settings`."""
@@ -80,6 +74,9 @@ class FamilyDecl:
     # per weights source: files (relative to anetts/) whose edits change what that source produces
     weights_code: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reference_code: tuple[str, ...] = ()
+    # keys of the config block `families.<name>` that parameterize the shared reference run besides its
+    # bucket size (the keyword arguments of `make_reference`; Fish: its decode frames)
+    reference_params: tuple[str, ...] = ()
     assets_code: tuple[str, ...] = ()  # code writing the runtime's assets (vocab, voices, ...)
     audio: tuple[str, str, int] | None = None  # (stage, output, sample rate) of the audio a build makes
     # code of the compiled-chain check (the packages composed as the runtime composes them, vs

@@ -18,6 +18,9 @@ from anetts.runtime.errors import TTSError
 from anetts.runtime.manifest import ModelArtifacts
 from anetts.runtime.runners import Runner
 
+# a model on the Hugging Face Hub (`hf://owner/name[@revision]`, anetts.publish.download) rather than a folder
+HF_SCHEME = "hf://"
+
 DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
 
 
@@ -41,7 +44,7 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     on each stage runs from its multifunction bundle, otherwise (and by default) from per-bucket packages.
     """
     resolves_inside = None
-    if isinstance(model_dir, str) and model_dir.startswith("hf://"):
+    if isinstance(model_dir, str) and model_dir.startswith(HF_SCHEME):
         from anetts.publish.download import fetch
 
         hub = fetch(model_dir, backend=backend, endpoint=endpoint, cache_dir=cache_dir)

@@ -89,7 +89,7 @@ class Gate:
     target_snr_db: float = _gate_default("target_snr_db")  # below: accepted with a warning
     # integer outputs (durations): fp16 may flip a rounding boundary
     min_exact_fraction: float = _gate_default("min_exact_fraction")
-    # logits (scenario stages, the compiled chain): top-1 agreement with upstream
+    # logits (a stage's declared logits outputs, the compiled chain): top-1 agreement with upstream
     min_top1: float = _gate_default("min_top1")
 
     @classmethod

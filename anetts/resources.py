@@ -52,7 +52,7 @@ class RuleSpec:
     # the wildcards after the model in the rule's benchmark path, in order:
     # artifacts/<model>/benchmarks/<rule>/<w1>/<w2>.tsv
     wildcards: tuple[str, ...]
-    # which jobs of a model the rule has: its stages of this kind (anetts.family.STAGE_KINDS),
+    # which jobs of a model the rule has: "bundled" (its stages whose buckets are bundled, StageDecl.bundle),
     # "chain" (one per reference bucket, families with a chain check), "end_to_end" (one per model
     # whose family declares an end-to-end check), "listen" (one per model configuring the listener
     # gate), or None (no stage filter)
@@ -71,16 +71,16 @@ RULES: dict[str, RuleSpec] = {
     "export": RuleSpec(1, "bucket", ("stage", "bucket")),
     "convert": RuleSpec(1, "bucket", ("stage", "bucket")),
     "parity": RuleSpec(2, "bucket", ("stage", "bucket"), priority=1),
-    "bundle": RuleSpec(1, "stage", ("stage",), "bucketed"),
-    "bundle_parity": RuleSpec(2, "stage", ("stage",), "bucketed"),
+    "bundle": RuleSpec(1, "stage", ("stage",), "bundled"),
+    "bundle_parity": RuleSpec(2, "stage", ("stage",), "bundled"),
     "chain_parity": RuleSpec(2, "bucket", ("bucket",), "chain"),
     "end_to_end": RuleSpec(2, "packages", (), "end_to_end"),
     "listen": RuleSpec(2, None, (), "listen"),
     "parity_summary": RuleSpec(1, "packages", ()),
     "manifest": RuleSpec(1, "packages", ()),
     "runtime_assets": RuleSpec(1, None, ()),
-    "aimodel": RuleSpec(1, "bucket", ("stage", "bucket"), "bucketed"),
-    "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket"), "bucketed"),
+    "aimodel": RuleSpec(1, "bucket", ("stage", "bucket"), "bundled"),
+    "aimodel_parity": RuleSpec(2, "bucket", ("stage", "bucket"), "bundled"),
     "compress": RuleSpec(2, "bucket", ("variant", "stage", "bucket")),
     "variant_chain_parity": RuleSpec(2, "bucket", ("variant", "bucket"), "chain"),
     "variant_manifest": RuleSpec(1, "packages", ("variant",)),
@@ -303,7 +303,7 @@ def rule_jobs(wf, rule: str, model: str) -> list[tuple[str | None, str | None]]:
         return [(None, None)] if wf.end_to_end_reports(model) else []
     if rs.jobs == "listen":
         return [(None, None)] if wf.listen_reports(model) else []
-    stages = [s for s in wf.stages(model) if rs.jobs in (None, "chain") or wf.stage_kind(model, s) == rs.jobs]
+    stages = wf.bundled_stages(model) if rs.jobs == "bundled" else wf.stages(model)
     if rs.jobs == "chain":
         return [(None, Path(p).stem) for p in wf.chain_reports(model)]
     if rs.jobs is not None and not stages:

@@ -15,8 +15,8 @@ config.yaml:
         in_all: false             # `snakemake all` builds it too (default: only `snakemake variants`)
 
 Stages a variant does not compress keep the model's verified base package, so every variant
-directory holds a complete manifest the runtime loads like a model directory. Bucketed stages are
-gated as rule `parity` gates the package (scenario stages per call and top-1), and for a
+directory holds a complete manifest the runtime loads like a model directory. Every package is
+gated as rule `parity` gates its base (per call, and top-1 where logits are declared), and for a
 family with a chain check the variant's packages are composed and gated again (Fish: the head's
 and the fast AR's greedy codes against upstream's), that verdict in the variant's manifest.
 """

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from anetts import artifacts, options
 from anetts.family import bucket_regex
 from anetts.families import declaration
-from anetts.options import ConvertOptions, Gate, stage_build_keys, stage_schema_defaults
+from anetts.options import ConvertOptions, Gate, stage_build_keys
 from anetts.provenance import version_of
 
 _PKG = Path(__file__).parent
@@ -127,9 +127,10 @@ class WorkflowConfig:
                 if st.repeat is not None and not isinstance(settings.get(st.repeat), int):
                     raise ConfigError(f"families.{fam}.stages.{stage}: needs `{st.repeat}` (how many "
                                       f"{stage}<k> stages to make)")
-                if st.kind == "scenario" and not config["families"][fam].get("scenario_frames"):
-                    raise ConfigError(f"families.{fam}.scenario_frames: stage {stage} is verified by a scenario "
-                                      f"and needs the number of decode frames of its reference run")
+                for key in family.reference_params if st.uses_reference else ():
+                    if not config["families"][fam].get(key):
+                        raise ConfigError(f"families.{fam}.{key}: stage {stage} is checked on the shared reference "
+                                          f"run, which needs it")
         self._check_file_sizes(config["model"])
         declared = sorted({d for m in self.model_names for d in self._declared_settings(m)})
         for stage in config.get("parity", {}).get("stages", {}):
@@ -217,25 +218,18 @@ class WorkflowConfig:
     def stages(self, model: str) -> list[str]:
         return list(self._stages(model))
 
-    def stage_kind(self, model: str, stage: str) -> str:
-        return self.decl(model).stage(stage).kind
-
-    def stages_of_kind(self, model: str, kind: str) -> list[str]:
-        return [s for s in self.stages(model) if self.stage_kind(model, s) == kind]
-
     def stage_params(self, model: str, stage: str) -> dict:
-        """What shapes a stage's export besides its bucket: build keys of its config block (schema
-        defaults filled in), and for an instance of a repeated stage its index and the count."""
+        """What shapes a stage's export besides its bucket: build keys of its config block (the
+        validated config has their schema defaults), for an instance of a repeated stage its index
+        and the count, and for a stage checked on the shared reference run that run's parameters."""
         st = self.decl(model).stage(stage)
         settings = self._stages(model)[stage]
         keys = stage_build_keys() - {"buckets"}
-        # a bucketed stage's export depends on its bucket alone; a scenario stage's on these too
-        defaults = stage_schema_defaults() if st.kind == "scenario" else {}
-        params = {k: settings.get(k, defaults.get(k)) for k in sorted(keys) if k in settings or k in defaults}
+        params = {k: settings[k] for k in sorted(keys) if k in settings}
         if st.repeat is not None:
             params["index"] = int(stage[len(st.name):])
-        if st.kind == "scenario":
-            params["scenario_frames"] = self.config["families"][self.family_of(model)]["scenario_frames"]
+        if st.uses_reference:
+            params.update(self.reference_params(model))
         return canonical(params)
 
     def buckets(self, model: str, stage: str) -> list[str]:
@@ -272,12 +266,13 @@ class WorkflowConfig:
 
     def stage_code(self, model: str, stage: str) -> list[str]:
         st = self.decl(model).stage(stage)
-        # the one export path of every stage kind (compile/scenario_export.py's export_bucket)
-        return self._rel([*st.source_paths(), _PKG / "compile" / "trace.py", _PKG / "compile" / "scenario_export.py",
-                          _PKG / "verify" / "scenario.py", _PKG / "stage.py"])
+        # the one export path of every stage (compile/export.py) and what it builds on
+        return self._rel([*st.source_paths(), _PKG / "compile" / "export.py", _PKG / "compile" / "reference.py",
+                          _PKG / "scenario.py", _PKG / "tensors.py", _PKG / "stage.py", _PKG / "gate.py",
+                          _PKG / "metrics.py"])
 
     def reference_code(self, model: str) -> list[str]:
-        return self._rel([*self.decl(model).reference_paths(), _PKG / "compile" / "trace.py"])
+        return self._rel([*self.decl(model).reference_paths(), _PKG / "compile" / "reference.py"])
 
     def reference_size(self, model: str, bucket: str) -> int:
         """Size of a shared reference bucket: any reference-using stage that has this bucket."""
@@ -297,11 +292,10 @@ class WorkflowConfig:
         return self._rel([*self.decl(model).assets_paths(), _PKG / "compile" / "assets.py"])
 
     def parity_code(self) -> list[str]:
-        """The verifying code and the executors it runs packages on: every export is a scenario
-        (verify/scenario*.py), a stateless bucket's of one call (verify/parity.py)."""
-        return self._rel([_PKG / "verify" / "parity.py", _PKG / "verify" / "metrics.py", _PKG / "stage.py",
-                          _PKG / "options.py", _PKG / "runtime" / "runners.py",
-                          _PKG / "verify" / "scenario_parity.py", _PKG / "verify" / "scenario.py"])
+        """The verifying code (one path for every package: its export's scenario played and scored)
+        and the executors it runs packages on."""
+        return self._rel([_PKG / "verify" / "parity.py", _PKG / "gate.py", _PKG / "metrics.py", _PKG / "scenario.py",
+                          _PKG / "tensors.py", _PKG / "options.py", _PKG / "runtime" / "runners.py"])
 
     def bundle_parity_code(self) -> list[str]:
         """parity's code and the program comparison that spares a bundle's functions their runs."""
@@ -341,9 +335,8 @@ class WorkflowConfig:
         return self._rel([_PKG / "compile" / "bundle.py", _PKG / "compile" / "pipeline_trims.py"])
 
     def bundled_stages(self, model: str) -> list[str]:
-        """Stages whose buckets are bundled into one multifunction package (a scenario stage's
-        package already holds its functions, and its states differ in shape per context)."""
-        return self.stages_of_kind(model, "bucketed")
+        """Stages whose buckets are bundled into one multifunction package (`StageDecl.bundle`)."""
+        return [s for s in self.stages(model) if self.decl(model).stage(s).bundle]
 
     def bundles(self, model: str) -> list[str]:
         return [str(artifacts.bundle_path(model, s)) for s in self.bundled_stages(model)]
@@ -382,7 +375,8 @@ class WorkflowConfig:
         return [self.package(model, s, bucket) for s in self.chain_stages(model, bucket)]
 
     def chain_code(self, model: str) -> list[str]:
-        return self._rel([*self.decl(model).chain_paths(), _PKG / "verify" / "metrics.py", _PKG / "options.py"])
+        return self._rel([*self.decl(model).chain_paths(), _PKG / "verify" / "chain_gate.py", _PKG / "gate.py",
+                          _PKG / "metrics.py", _PKG / "options.py"])
 
     def chain_settings(self, model: str) -> dict:
         """The model's `chain` block (the family's chain check names and defaults its keys)."""
@@ -431,7 +425,7 @@ class WorkflowConfig:
     def end_to_end_code(self, model: str) -> list[str]:
         runtime = sorted((_PKG / "runtime").glob("*.py"))
         return self._rel([*self.decl(model).end_to_end_paths(), *runtime, _PKG / "loader.py",
-                          _PKG / "verify" / "end_to_end.py", _PKG / "verify" / "chain.py", _PKG / "compile" / "manifest.py"])
+                          _PKG / "verify" / "end_to_end.py", _PKG / "gate.py", _PKG / "compile" / "manifest.py"])
 
     # -- listening (rule listen): the corpus through upstream and the build, judged as a listener would
     def listen_settings(self, model: str) -> dict | None:
@@ -451,9 +445,9 @@ class WorkflowConfig:
                           _PKG / "verify" / "end_to_end.py"])
 
     def reference_params(self, model: str) -> dict:
-        """Parameters of the shared reference run beyond its bucket size (scenario families: frames)."""
+        """Parameters of the shared reference run beyond its bucket size (`FamilyDecl.reference_params`)."""
         fam = self.config["families"][self.family_of(model)]
-        return {"scenario_frames": fam["scenario_frames"]} if self.stages_of_kind(model, "scenario") else {}
+        return {k: fam[k] for k in self.decl(model).reference_params}
 
     def package(self, model: str, stage: str, bucket: str) -> str:
         return str(artifacts.package_path(model, stage, bucket))
@@ -499,8 +493,7 @@ class WorkflowConfig:
 
     def aimodel_code(self, model: str, stage: str) -> list[str]:
         # the asset is a fresh torch.export of the stage wrapper, so the stage's code is an input
-        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py", _PKG / "compile" / "stamp.py",
-                          _PKG / "verify" / "parity.py"])
+        return self._rel([*self.stage_code(model, stage), _PKG / "compile" / "aimodel.py", _PKG / "compile" / "stamp.py"])
 
     def aimodel_parity_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "aimodel_parity.py", *self.parity_code()])
@@ -525,7 +518,7 @@ class WorkflowConfig:
 
     def stage_settings(self, model: str) -> dict:
         return canonical({s: {**self.convert_options(model, s), "buckets": self.buckets(model, s),
-                              "kind": self.stage_kind(model, s), **self.stage_params(model, s)}
+                              **self.stage_params(model, s)}
                           for s in self.stages(model)})
 
     def model_meta(self, model: str) -> dict:

@@ -32,8 +32,10 @@ sys.path.insert(0, str(REPO))
 from anetts import artifacts  # noqa: E402
 from anetts.families import get_family  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
-from anetts.verify.fp16_compare import compare_executors, op_probe, _snr  # noqa: E402
-from anetts.verify.parity import load_export_call  # noqa: E402
+from anetts.scenario import load_scenario  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks" / "lib"))
+from fp16_compare import compare_executors, op_probe, _snr  # noqa: E402
 
 # ops whose fp16 reductions Apple's Linux runtime accumulates in fp16 (see the op probe)
 FP16_ACCUMULATED = ("linear", "matmul", "conv_transpose", "lstm")
@@ -47,8 +49,9 @@ def stage_row(workdir: Path, model_name: str, family, stage_name: str, bucket: s
               executors=EXECUTORS) -> dict:
     root = workdir / "artifacts"
     stage = family.stage(stage_name)
-    spec = stage.spec(size)
-    inputs, eager, _ = load_export_call(artifacts.export_files(model_name, stage_name, bucket, root)["scenario"], spec)
+    spec = stage.function(size)
+    scenario, expected = load_scenario(artifacts.export_files(model_name, stage_name, bucket, root)["scenario"])
+    inputs, eager = dict(scenario.calls[0].inputs), expected[0]
     reference = tuple(eager[t.name] for t in spec.outputs)
     regions = stage.valid_regions(inputs)
     wrapper = stage.build(model).eval()
@@ -97,7 +100,7 @@ def main(argv=None):
     cfg = yaml.safe_load((a.workdir / "config.yaml").read_text())
     fam_name = cfg["models"][a.model]["family"]
     family = get_family(fam_name)
-    model = family.load_model(artifacts.weights_dir(a.model, a.workdir / "artifacts"))
+    model = family.load_reference_model(artifacts.weights_dir(a.model, a.workdir / "artifacts"))
     rows = []
     for stage_name, st in cfg["families"][fam_name]["stages"].items():
         if a.stages and stage_name not in a.stages:

@@ -2,7 +2,7 @@
 
 Writes a synthetic full-size codec (fish-speech's modded_dac_vq.yaml, 391 M parameters; `codec.pth`
 + the fish-s2-pro `config.json`) unless `--weights` already holds one, then runs, per bucket, the
-three jobs the DAG runs (rules export, convert, parity: `export_stage`, `convert_package` with the
+three jobs the DAG runs (rules export, convert, parity: `export_stage`, `convert_export` with the
 config's fp16 / macOS15 options, `run_parity` on the MIL executor against upstream's fp32 decode)
 as separate processes, and records each one's wall seconds and peak RSS (ru_maxrss of that child,
 read with wait4), the package bytes and the SNR.
@@ -35,18 +35,20 @@ def _child(step: str, weights: Path, out: Path, size: int) -> dict:
         return C.write_synthetic_codec(weights, C.s2_pro_config(), seed=0)
     out.mkdir(parents=True, exist_ok=True)
     if step == "export":
-        from anetts.compile.trace import export_stage
+        from anetts.compile.export import export_stage
         from anetts.families import get_family
+        from anetts.scenario import load_scenario
 
-        r = export_stage(get_family("fish"), "codec", size, weights, out / "c.functions", out / "c.scenario.npz",
-                         out / "c.export.json")
-        return {"seconds": r["seconds"], "valid_regions": r["valid_regions"]}
+        r = export_stage(get_family("fish"), "codec", f"f{size}", size, None, weights, None, out / "c.functions",
+                         out / "c.scenario.npz", out / "c.export.json")
+        (call,) = load_scenario(out / "c.scenario.npz")[0].calls
+        return {"seconds": r["seconds"], "valid_regions": {k: list(v) for k, v in call.valid.items()}}
     if step == "convert":
-        from anetts.compile.convert import ConvertOptions, convert_package
+        from anetts.compile.convert import ConvertOptions, convert_export
 
         opts = ConvertOptions.make(deployment_target="macOS15", precision="fp16", compute_units="CPU_AND_GPU")
-        r = convert_package(out / "c.functions", out / "c.export.json", out / "c.mlpackage", out / "c.json", opts,
-                            {"model": "fish-s2-pro", "family": "fish"})
+        r = convert_export(out / "c.functions", out / "c.export.json", out / "c.mlpackage", out / "c.json", opts,
+                           {"model": "fish-s2-pro", "family": "fish"})
         return {"bytes": r["bytes"], "seconds": r["seconds"]}
     if step == "parity":
         from anetts.options import Gate

@@ -179,7 +179,7 @@ def param_bytes(module) -> dict:
 def run_job(a) -> dict:
     import torch
 
-    from anetts.compile.scenario_export import compile_module as export_stage
+    from anetts.compile.export import compile_module as export_stage
     from anetts.artifacts import tree_bytes
     from anetts.models.fish.weights import read_config
     from anetts.options import ConvertOptions
@@ -237,7 +237,8 @@ def run_parity(a) -> dict:
     from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer
     from anetts.models.fish.weights import read_config
     from anetts.options import Gate
-    from anetts.verify.scenario import per_call_db, record_eager, run_scenario
+    from anetts.compile.export import record_eager
+    from anetts.verify.parity import per_call_db, run_scenario
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -23,18 +23,19 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from anetts.models.fish import reference as R  # noqa: E402
-from anetts.compile.scenario_export import compile_module as export_stage  # noqa: E402
+from anetts.compile.export import compile_module as export_stage  # noqa: E402
+from anetts.compile.export import record_eager  # noqa: E402
 from anetts.artifacts import tree_bytes  # noqa: E402
-from anetts.models.fish.stages.chain import play_mil  # noqa: E402
+from anetts.models.fish.chain_check import play_mil  # noqa: E402
 from anetts.models.fish.stages.fast_ar import FastARStage  # noqa: E402
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage  # noqa: E402
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, load_tokenizer  # noqa: E402
 from anetts.weights import materialize_weights  # noqa: E402
 from anetts.options import ConvertOptions, Gate  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
-from anetts.verify.metrics import top1_agreement  # noqa: E402
-from anetts.verify.parity import valid_part  # noqa: E402
-from anetts.verify.scenario import per_call_db, record_eager, run_scenario  # noqa: E402
+from anetts.metrics import top1_agreement  # noqa: E402
+from anetts.gate import valid_part  # noqa: E402
+from anetts.verify.parity import per_call_db, run_scenario  # noqa: E402
 
 
 def perturbed(module):

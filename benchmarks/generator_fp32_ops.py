@@ -3,7 +3,7 @@
 
 For each bucket and variant, the generator export already in artifacts/<model>/export/ (build it with
 `snakemake artifacts/<model>/export/generator/<b>s.scenario.npz --config model=<model>`) is converted with
-the project's own `convert_package` (stage options from config.yaml, `fp32_ops` replaced by the
+the project's own `convert_export` (stage options from config.yaml, `fp32_ops` replaced by the
 variant's list, `precision` fp32 for the variant `fp32`), then scored with the parity job's
 `run_parity` (MIL executor vs the export's eager fp32 outputs). Per row: worst-output SNR, package
 bytes, op and cast counts, and the lint findings (the ANE-placement cost as far as Linux can tell).
@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from anetts import artifacts  # noqa: E402
-from anetts.compile.convert import convert_package  # noqa: E402
+from anetts.compile.convert import convert_export  # noqa: E402
 from anetts.options import ConvertOptions, Gate  # noqa: E402
 from anetts.verify.parity import run_parity  # noqa: E402
 
@@ -61,8 +61,8 @@ def measure(model: str, bucket: int, variant: str, work: Path) -> dict:
     out = work / f"{b}-{variant}"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rep = convert_package(ex / f"{b}.functions", ex / f"{b}.export.json", out / "g.mlpackage", out / "g.json", options,
-                          {"model": model}, out_inspect=out / "inspect.json")
+    rep = convert_export(ex / f"{b}.functions", ex / f"{b}.export.json", out / "g.mlpackage", out / "g.json", options,
+                         {"model": model}, out_inspect=out / "inspect.json")
     par = run_parity(out / "g.mlpackage", ex / f"{b}.scenario.npz", ex / f"{b}.export.json",
                      Gate.make())
     info = json.loads((out / "inspect.json").read_text(encoding="utf-8"))["functions"]["main"]

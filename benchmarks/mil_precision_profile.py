@@ -36,7 +36,7 @@ def snr_db(ref: torch.Tensor, test: torch.Tensor) -> float:
 
 
 def profile(test_pkg: Path, ref_pkg: Path, scenario_npz: Path) -> list[dict]:
-    from anetts.verify.scenario import load_scenario
+    from anetts.scenario import load_scenario
 
     inputs = dict(load_scenario(scenario_npz)[0].calls[0].inputs)  # the export's one call
     test = load_program(test_pkg)

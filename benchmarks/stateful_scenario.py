@@ -1,4 +1,4 @@
-"""Stateful parity at a larger size: KV-cache attention (anetts/verify/kv_example.py) converted with
+"""Stateful parity at a larger size: KV-cache attention (benchmarks/lib/kv_example.py) converted with
 fp16 states into one prefill/decode package, then a prefill + many-decode-step scenario on the MIL
 executor vs eager torch.  Prints per-call dB and seconds (does fp16 state drift over the steps?) and
 writes them as JSON.
@@ -21,11 +21,13 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from anetts.compile.convert import ConvertOptions  # noqa: E402
-from anetts.compile.scenario_export import compile_module  # noqa: E402
+from anetts.compile.export import compile_module, record_eager  # noqa: E402
+from anetts.options import Gate  # noqa: E402
 from anetts.provenance import provenance  # noqa: E402
-from anetts.verify import kv_example as kv  # noqa: E402
-from anetts.verify.parity import Gate  # noqa: E402
-from anetts.verify.scenario import record_eager, run_scenario  # noqa: E402
+from anetts.verify.parity import run_scenario  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks" / "lib"))
+import kv_example as kv  # noqa: E402
 
 
 def main(argv=None) -> int:

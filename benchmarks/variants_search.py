@@ -106,9 +106,21 @@ def _compress(base: Path, settings: dict, only: list[str] | None):
         return fn(mlmodel, config)
 
 
+def _one_call(p: dict):
+    """(function, inputs, expected outputs, valid regions) of a one-call export."""
+    from anetts.scenario import load_scenario
+    from anetts.tensors import FunctionSpec
+
+    spec = FunctionSpec.from_json(json.loads(Path(p["export_report"]).read_text())["functions"][0])
+    scenario, expected = load_scenario(p["scenario"])
+    (call,) = scenario.calls
+    return spec, dict(call.inputs), expected[0], dict(call.valid)
+
+
 def run_trial(root: Path, model: str, trial: dict) -> dict:
     from anetts.compile.reproducible import stabilize_package
-    from anetts.verify.parity import Gate, run_parity
+    from anetts.options import Gate
+    from anetts.verify.parity import run_parity
 
     stage = trial["stage"]
     bucket = trial.get("bucket", BUCKETS[stage])
@@ -151,14 +163,14 @@ def swap_sensitivity(root: Path, model: str, stage: str, preset: str) -> list[di
     import numpy as np
     import torch
 
+    from anetts.gate import score as _score
     from anetts.mil import load_program
-    from anetts.verify.parity import Gate, _score, load_export_call, read_export_report
+    from anetts.options import Gate
 
     bucket = BUCKETS[stage]
     p = _paths(root, model, stage, bucket)
     settings = C.resolve_settings(INT8 if preset == "int8" else LUT[int(preset.removeprefix("lut"))], "sensitivity")
-    spec, regions, _ = read_export_report(p["export_report"])
-    inputs, reference, _ = load_export_call(p["scenario"], spec)
+    spec, inputs, reference, regions = _one_call(p)
     gate = Gate.make(min_snr_db=35, min_exact_fraction=0.95)
     base = load_program(p["base"])
     with tempfile.TemporaryDirectory(prefix="variants_search_") as tmp:
@@ -219,14 +231,14 @@ def kmeans_check(root: Path, model: str, stage: str, names: list[str], nbits: in
 
     import torch
 
+    from anetts.gate import score as _score
     from anetts.mil import load_program
-    from anetts.verify.parity import Gate, _score, load_export_call, read_export_report
+    from anetts.options import Gate
 
     ct = C._ct()
     p = _paths(root, model, stage, BUCKETS[stage])
     base = p["base"]
-    spec_, regions, _ = read_export_report(p["export_report"])
-    inputs, reference, _ = load_export_call(p["scenario"], spec_)
+    spec_, inputs, reference, regions = _one_call(p)
     gate = Gate.make(min_snr_db=35, min_exact_fraction=0.95)
     prog_x = load_program(base)
     steps = prog_x._fn(None).steps

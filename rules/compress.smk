@@ -13,9 +13,9 @@ wildcard_constraints:
 
 
 rule compress:
-    """One verified package → its compressed variant (a scenario stage's functions still share one
+    """One verified package → its compressed variant (a package's functions still share one
     copy of the weights), kept only if it passes the variant's gate: scored as rule `parity`
-    scores the package (one call, or the stage's scenario)."""
+    scores the package (its export's scenario)."""
     input:
         scenario=PATHS["scenario"],
         export_report=PATHS["export_report"],
@@ -115,7 +115,7 @@ rule variant_manifest:
 
 
 rule variants_summary:
-    """Per compressed package: size vs its base package, dB (top-1 for scenario stages); per
+    """Per compressed package: size vs its base package, dB (and top-1 where logits are declared); per
     variant: bytes, unique weight bytes, chain verdicts and (families that project speed) the
     weight bytes one generated frame reads and the ms/frame they take."""
     input:

@@ -1,6 +1,6 @@
 rule convert:
     """The traced export → an ML Program .mlpackage (fp16 compute, fp32/int32 I/O) + a JSON report +
-    its inspect JSON: one function, or a scenario stage's functions merged into one multifunction
+    its inspect JSON: one function, or several (Fish's AR stages) merged into one multifunction
     package sharing weights and fp16 states."""
     input:
         functions=PATHS["export_functions"],

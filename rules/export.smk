@@ -1,7 +1,8 @@
 rule export:
     """Trace one stage at one bucket: its functions' TorchScript and the scenario parity plays (a
-    stateless bucket: one call on its example inputs, eager and traced outputs kept; a scenario
-    stage: upstream's teacher-forced calls, the eager wrapper checked against them at fp32).
+    one-call stage: one call on its example inputs, the eager outputs expected and the traced replay
+    scored against them; a Fish AR stage: upstream's teacher-forced calls, the eager wrapper checked
+    against them at fp32).
     """
     input:
         weights=PATHS["weights"],

@@ -1,8 +1,8 @@
 rule parity:
-    """The package against upstream eager fp32 (MIL executor; CoreML on macOS), gated: one call on
-    the export's example inputs (its eager and traced outputs come from the export job, so this job
-    loads neither the model nor the TorchScript), or a scenario stage's teacher-forced calls with
-    the state carried, each call against upstream, logits also by top-1 agreement.
+    """The package plays its export's scenario (MIL executor; CoreML on macOS), gated: each call
+    against the outputs the export expects (a one-call stage's eager fp32 outputs, a Fish AR stage's
+    upstream tensors, the state carried), logits also by top-1 agreement; the export's torch figure
+    beside it. This job loads neither the model nor the TorchScript.
     """
     input:
         scenario=PATHS["scenario"],

@@ -34,7 +34,7 @@ def module_tmp(request, tmp_path_factory) -> Path:
 def tiny_model(tiny_weights):
     from anetts.families import get_family
 
-    return get_family("kokoro").load_model(tiny_weights, None)
+    return get_family("kokoro").load_reference_model(tiny_weights)
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,7 @@ def test_inspect_of_a_truncated_package_says_so(built_workflow, tmp_path, capsys
 
 def test_run_mil_rejects_non_finite_inputs_naming_them(built_workflow, tmp_path, capsys):
     model_dir = _model_dir(built_workflow)
-    from anetts.verify.scenario import load_scenario
+    from anetts.scenario import load_scenario
 
     inputs = dict(load_scenario(model_dir / "export" / "duration" / "t32.scenario.npz")[0].calls[0].inputs)
     inputs["speed"] = np.full_like(inputs["speed"], np.nan)  # ran to pred_dur=-2147483648 before

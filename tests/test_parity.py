@@ -9,11 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from anetts.compile.convert import ConvertOptions, convert_package
-from anetts.compile.trace import export_stage, write_reference
+from anetts.compile.convert import ConvertOptions, convert_export
+from anetts.compile.export import export_stage
+from anetts.compile.reference import write_reference
 from anetts.families import get_family
-from anetts.verify.metrics import PERFECT_DB, compare, exact_match_fraction, gap_in_noise
-from anetts.verify.parity import Gate, ParityError, check_parity, run_parity
+from anetts.metrics import PERFECT_DB, compare, exact_match_fraction, gap_in_noise
+from anetts.gate import ParityError
+from anetts.options import Gate
+from anetts.scenario import load_scenario
+from anetts.verify.parity import check_parity, run_parity
 
 FAMILY = get_family("kokoro")
 META = {"model": "kokoro-tiny", "family": "kokoro", "source": "synthetic", "revision": "test"}
@@ -52,10 +56,10 @@ def f0ntrain_packages(tiny_weights, tiny_model, tmp_path_factory):
         perturbed.predictor.F0_proj.weight.mul_(1.3)
         perturbed.predictor.N_proj.weight.mul_(1.3)
     for name, model in (("good", tiny_model), ("bad", perturbed)):
-        export_stage(FAMILY, "f0ntrain", 3, tiny_weights, out / f"{name}.functions", out / f"{name}.scenario.npz",
-                     out / f"{name}.export.json", model=model, reference=out / "ref.npz")
-        convert_package(out / f"{name}.functions", out / f"{name}.export.json", out / f"{name}.mlpackage",
-                        out / f"{name}.json", ConvertOptions.make(), META)
+        export_stage(FAMILY, "f0ntrain", "3s", 3, None, tiny_weights, out / "ref.npz", out / f"{name}.functions",
+                     out / f"{name}.scenario.npz", out / f"{name}.export.json", model=model)
+        convert_export(out / f"{name}.functions", out / f"{name}.export.json", out / f"{name}.mlpackage",
+                       out / f"{name}.json", ConvertOptions.make(), META)
     return out
 
 
@@ -63,6 +67,23 @@ def _parity(d, package):
     """Score a package (a name in `d`, or a path) against the good export's eager reference (what
     the DAG's parity job does)."""
     return run_parity(d / package, d / "good.scenario.npz", d / "good.export.json", Gate.make())
+
+
+def test_a_bucket_is_a_scenario_of_one_call(f0ntrain_packages):
+    """A one-call stage's scenario: one call of `main` on its example inputs, whose valid regions are
+    the stage's `valid_regions`, and the eager wrapper's outputs expected."""
+    d = f0ntrain_packages
+    scenario, expected = load_scenario(d / "good.scenario.npz")
+    (call,) = scenario.calls
+    stage = FAMILY.stage("f0ntrain")
+    assert scenario.name == "f0ntrain/3s" and call.function == "main" and list(scenario.functions) == ["main"]
+    assert scenario.functions["main"] == stage.function(3)
+    regions = {k: tuple(v) for k, v in stage.valid_regions(dict(call.inputs)).items() if v is not None}
+    assert dict(call.valid) == regions and regions
+    assert sorted(expected[0]) == sorted(t.name for t in stage.function(3).outputs)
+    export = json.loads((d / "good.export.json").read_text())
+    assert export["reference"] == "eager" and export["calls_per_function"] == {"main": 1}
+    assert export["functions"] == [stage.function(3).to_json()] and export["geometry"] == stage.geometry(3)
 
 
 def test_good_package_passes_gate(f0ntrain_packages, tmp_path):
@@ -97,8 +118,8 @@ def test_a_bundle_is_held_to_its_verified_packages(f0ntrain_packages, tmp_path):
 
     d = f0ntrain_packages
     # macOS14 (iOS17 ops, as the iOS18 bundle's): its gather is the bundle's; macOS13's gains an input
-    convert_package(d / "good.functions", d / "good.export.json", tmp_path / "good14.mlpackage",
-                    tmp_path / "good14.json", ConvertOptions.make(deployment_target="macOS14"), META)
+    convert_export(d / "good.functions", d / "good.export.json", tmp_path / "good14.mlpackage",
+                   tmp_path / "good14.json", ConvertOptions.make(deployment_target="macOS14"), META)
 
     def bundle_parity(verified: Path, source: Path, out: str) -> dict:
         check_parity(_parity(d, verified), tmp_path / "3s.json", tmp_path / "3s.npz")

@@ -112,7 +112,7 @@ def test_padding_does_not_leak(tiny_model, tiny_weights, reference_3s):
 
 
 def test_bucket_specs_follow_geometry():
-    spec = FAMILY.stage("generator").spec(10)
+    spec = FAMILY.stage("generator").function(10)
     shapes = {t.name: t.shape for t in spec.inputs}
     assert shapes["x_pre"] == (1, 512, 800) and shapes["har"] == (1, 22, 48001)
     assert spec.outputs[0].shape == (1, 1, 240000)

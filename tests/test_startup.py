@@ -35,7 +35,7 @@ def test_a_stage_without_albert_loads_neither_albert_nor_the_text_pipeline(tiny_
     out = _fresh(f"""
         import sys
         from anetts.families import get_family
-        model = get_family("kokoro").load_model({str(tiny_weights)!r}, {stage!r})
+        model = get_family("kokoro").stage({stage!r}).load({str(tiny_weights)!r}, 3)
         print(sorted(m for m in {absent!r} if m in sys.modules), hasattr(model, "bert"))
     """)
     assert out == "[] False"

@@ -5,7 +5,8 @@ from _glue import setup
 
 log = setup(snakemake, coremltools=True)
 from anetts.verify.aimodel_parity import run_aimodel_parity
-from anetts.verify.parity import Gate, check_parity
+from anetts.options import Gate
+from anetts.verify.parity import check_parity
 
 inp = snakemake.input
 report = run_aimodel_parity(inp.asset, inp.scenario, inp.export_report,

@@ -4,7 +4,8 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake, coremltools=True)
-from anetts.verify.parity import Gate, check_bundle_parity
+from anetts.options import Gate
+from anetts.verify.parity import check_bundle_parity
 
 inp = snakemake.input
 check_bundle_parity(snakemake.wildcards.stage, list(snakemake.params.buckets), inp.bundle, list(inp.packages),

@@ -8,7 +8,7 @@ from _glue import setup
 log = setup(snakemake, coremltools=True)
 from anetts.compile.compress import compress_and_gate
 from anetts.options import Gate
-from anetts.verify.parity import score_export
+from anetts.verify.parity import run_parity
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 gate = Gate.make(**p.gate)
@@ -17,7 +17,7 @@ uncompressed = json.loads(Path(inp.export_report).read_text(encoding="utf-8"))["
 
 
 def score(package):
-    return score_export(package, inp.scenario, inp.export_report, gate, compute_units=p.compute_units)
+    return run_parity(package, inp.scenario, inp.export_report, gate, compute_units=p.compute_units)
 
 
 try:

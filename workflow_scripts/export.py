@@ -4,9 +4,9 @@ sys.path.insert(0, snakemake.scriptdir)
 from _glue import setup
 
 log = setup(snakemake)
-from anetts.compile.scenario_export import export_bucket
+from anetts.compile.export import export_stage
 from anetts.families import get_family
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
-export_bucket(get_family(p.family), snakemake.wildcards.stage, snakemake.wildcards.bucket, p.size, dict(p.stage),
+export_stage(get_family(p.family), snakemake.wildcards.stage, snakemake.wildcards.bucket, p.size, dict(p.stage),
               inp.weights, inp.reference[0] if inp.reference else None, out.functions, out.scenario, out.report)

@@ -24,16 +24,17 @@ from pathlib import Path
 import numpy as np
 
 from anetts.artifacts import atomic_outputs, clear_outputs, tree_bytes, tree_sha256, write_json
-from anetts.compile.bundle import function_name
+from anetts.tensors import function_name
 from anetts.compile.convert import PRECISIONS
 from anetts.compile.stamp import package_stamp
-from anetts.compile.trace import TRACE_REL_TOL
+from anetts.compile.export import TRACE_REL_TOL
 from anetts.provenance import provenance
 # running an asset is the runtime's coreai runner; the converter checks what it wrote with the same code
 from anetts.runtime.runners import AIModelError, asset_summary, run_asset  # noqa: F401 - AIModelError, run_asset re-exported
 from anetts.runtime.runners import asset_io as function_io
-from anetts.stage import BucketSpec, Family
-from anetts.verify.parity import load_export_call
+from anetts.scenario import load_scenario
+from anetts.stage import Family
+from anetts.tensors import FunctionSpec
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ def _io_dtype(spec_dtype: str, precision: str) -> str:
     return "float16" if spec_dtype == "float32" and precision == "fp16" else spec_dtype
 
 
-def check_asset_io(spec: BucketSpec, io: dict, function: str, precision: str, where) -> None:
-    """The asset's function must have exactly the export spec's names and shapes (fp16 floats at fp16)."""
+def check_asset_io(spec: FunctionSpec, io: dict, function: str, precision: str, where) -> None:
+    """The asset's function must have exactly the export's names and shapes (fp16 floats at fp16)."""
     if function not in io["functions"]:
         raise AIModelError(f"{where}: no function {function!r}; functions: {sorted(io['functions'])}")
     fn = io["functions"][function]
@@ -90,11 +91,13 @@ def _export(wrapper, args: tuple, precision: str):
     return ep, args
 
 
-def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out_asset: Path, out_report: Path,
-                   precision: str, model_meta: dict, function: str | None = None) -> dict:
+def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: FunctionSpec, stage: str, bucket: str,
+                   geometry: dict, out_asset: Path, out_report: Path, precision: str, model_meta: dict,
+                   function: str | None = None) -> dict:
     """Export, convert and save one module as a one-function asset; checked, then moved into place.
 
-    `inputs`: example inputs by name (the spec's dtypes); `function`: the asset's function name
+    `spec`: the module's function (I/O); `stage`, `bucket`, `geometry`: what the asset is stamped
+    with. `inputs`: example inputs by name (the spec's dtypes); `function`: the asset's function name
     (default: the bucket's bundle function name, `t32`, `b3s`, ...).
     """
     import torch
@@ -102,8 +105,8 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
     out_asset, out_report = Path(out_asset), Path(out_report)
     clear_outputs(out_asset, out_report)
     coreai_torch = _coreai()
-    function = function or function_name(spec.bucket)
-    where = f"{spec.stage}/{spec.bucket}"
+    function = function or function_name(bucket)
+    where = f"{stage}/{bucket}"
     for t in spec.inputs:
         if t.name not in inputs:
             raise AIModelError(f"{where}: example inputs lack input: {t.name}")
@@ -127,7 +130,7 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
         raise AIModelError(f"coreai-torch failed on {where}: {type(e).__name__}: {e}") from e
     t2 = time.perf_counter()
 
-    package = package_stamp(model_meta, spec.stage, spec.bucket, spec.geometry, precision)
+    package = package_stamp(model_meta, stage, bucket, geometry, precision)
     meta = package.metadata
 
     def stamp(m):
@@ -143,10 +146,10 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
         io = asset_io(tmp_asset)
         check_asset_io(spec, io, function, precision, tmp_asset)
         report = {
-            "stage": spec.stage,
-            "bucket": spec.bucket,
+            "stage": stage,
+            "bucket": bucket,
             "function": function,
-            "geometry": spec.geometry,
+            "geometry": geometry,
             "asset": out_asset.name,
             "sha256": tree_sha256(tmp_asset),
             "bytes": tree_bytes(tmp_asset),
@@ -168,7 +171,7 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: BucketSpec, out
 def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path, scenario: Path,
                   export_report: Path, out_asset: Path, out_report: Path,
                   precision: str, model_meta: dict, model=None) -> dict:
-    """The stage at one bucket from its export (`anetts.compile.trace` output) to an asset.
+    """A one-call stage at one bucket from its export (`anetts.compile.export`) to an asset.
 
     The rebuilt wrapper must reproduce the export's stored eager outputs on its one call's inputs:
     otherwise the weights or the stage code changed since the export and the two formats would
@@ -178,12 +181,16 @@ def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
 
     clear_outputs(out_asset, out_report)
     stage = family.stage(stage_name)
-    spec = stage.spec(size)
-    exported = BucketSpec.from_json(json.loads(Path(export_report).read_text(encoding="utf-8"))["spec"])
-    if exported != spec:
-        raise AIModelError(f"{export_report}: export spec {exported.bucket} does not match {stage_name} at size {size}; re-run the export")
-    inputs, stored, _ = load_export_call(scenario, spec)
-    model = model if model is not None else family.load_model(weights_dir, stage_name)
+    spec, bucket = stage.function(size), stage.bucket_name(size)
+    export = json.loads(Path(export_report).read_text(encoding="utf-8"))
+    if export["functions"] != [spec.to_json()] or export["bucket"] != bucket:
+        raise AIModelError(f"{export_report}: export {export['bucket']} does not match {stage_name} at size {size}; "
+                           f"re-run the export")
+    sc, expected = load_scenario(scenario)
+    if len(sc.calls) != 1:
+        raise AIModelError(f"{scenario}: {len(sc.calls)} calls; a Core AI asset is made of a one-call export")
+    inputs, stored = sc.calls[0].inputs, expected[0]
+    model = model if model is not None else stage.load(Path(weights_dir), size)
     wrapper = stage.build(model).eval()
     args = tuple(torch.from_numpy(inputs[t.name]) for t in spec.inputs)
     with torch.no_grad():
@@ -193,6 +200,7 @@ def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
         ref = stored[t.name].astype(np.float64)
         diff = float(np.abs(e.double().numpy() - ref).max())
         if not np.isfinite(diff) or diff > TRACE_REL_TOL * (float(np.abs(ref).max()) or 1.0):
-            raise AIModelError(f"{stage_name}/{spec.bucket}: rebuilt wrapper's {t.name} differs from the export's eager "
+            raise AIModelError(f"{stage_name}/{bucket}: rebuilt wrapper's {t.name} differs from the export's eager "
                                f"output by {diff:.3g}; the weights or stage code changed since the export")
-    return convert_module(wrapper, inputs, spec, out_asset, out_report, precision, model_meta)
+    return convert_module(wrapper, inputs, spec, stage_name, bucket, stage.geometry(size), out_asset, out_report,
+                          precision, model_meta)

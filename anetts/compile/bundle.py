@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -37,25 +36,14 @@ from anetts.compile.inspect import (BlobFile, _resolve_blob_path, fp16_bytes, fu
                                   load_spec, op_counts, package_files)
 from anetts.compile.pipeline_trims import program_text_skipped, validated_once
 from anetts.compile.reproducible import stabilize_package
+# a bucket's function name: also what parity and the runtime call a bundle's functions by
+from anetts.tensors import IDENTIFIER, function_name
 
 GOAL_RATIO = 1.15  # all buckets of a stage <= 1.15 x the fp16 bytes of the weights they use
 
 
 class BundleError(RuntimeError):
     pass
-
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def function_name(bucket: str) -> str:
-    """A MIL-safe function name for a bucket: ``t32`` stays, ``3s`` becomes ``b3s``.
-
-    Compiled models carry the program as MIL text, whose names are identifiers (coremltools
-    sanitizes var/op names the same way: ``mil_backend::sanitize_name_strings``), so function
-    names must match ``[A-Za-z_][A-Za-z0-9_]*``."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", str(bucket))
-    return name if _IDENT.match(name) else f"b{name}"
 
 
 def _ct():
@@ -119,7 +107,7 @@ def bundle_packages(packages: dict[str, Path], out: Path, default_function: str,
     for name, path in packages.items():
         if not (path / "Manifest.json").is_file():
             raise BundleError(f"function {name!r}: {path} is not an .mlpackage")
-        if not _IDENT.match(name):
+        if not IDENTIFIER.match(name):
             raise BundleError(f"function name {name!r} is not an identifier; use function_name({name!r}) "
                               f"= {function_name(name)!r}")
 

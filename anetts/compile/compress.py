@@ -165,7 +165,7 @@ def _pass(settings: dict, config):
 
 
 def _compress_multifunction(mlmodel, package: Path, settings: dict, config):
-    """A multifunction package (a scenario stage: functions sharing weights, with states) compressed.
+    """A multifunction package (Fish's AR stages: functions sharing weights, with states) compressed.
 
     coremltools' PTQ functions refuse multifunction models; their graph pass runs on every function
     of the program, then consts equal across functions get one weight id again — the step
@@ -264,15 +264,16 @@ def compress_model(base_package: Path, settings: dict, where: str, uncompressed:
 def compress_and_gate(stage: str, base_package: Path, base_report: Path, settings: dict, gate,
                       score: Callable[[Path], dict], out_package: Path, out_report: Path, out_parity: Path,
                       variant: str, default_gate=None, uncompressed: Sequence[str] = ()) -> dict:
-    """Compress one package, score it with `score` (`anetts.verify.parity.score_export` of the
-    package's export), and keep
-    it only if it passes `gate`. `uncompressed`: weights the stage keeps at its precision.
+    """Compress one package, score it with `score` (`anetts.verify.parity.run_parity` against the
+    package's export), and keep it only if it passes `gate`. `uncompressed`: weights the stage keeps at its precision.
 
     Writes `out_package`, `out_report` (the base convert report's keys, so the manifest writer
     reads it unchanged, plus a `compression` block) and `out_parity`. On a failed gate nothing of
     these exists afterwards; `<out_parity stem>.failed.json` holds the measured report.
     """
-    from anetts.verify.parity import raise_failed
+    # imported here, not at the top: the Snakefile imports this module (anetts.variants) and its
+    # parse must not pay for numpy
+    from anetts.gate import describe_gate, raise_failed
 
     where = f"variants.{variant}"
     outs = (Path(out_package), Path(out_report), Path(out_parity))
@@ -295,12 +296,12 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
                        "settings": settings, "sizes": sizes})
         if not report["passed"]:
             raise_failed(report, out_parity, f"variant {variant} {stage}/{report['bucket']} failed its gate "
-                         f"({_gate(report)}): measured {_measured(report)}; nothing was kept")
+                         f"({describe_gate(report)}): measured {_measured(report)}; nothing was kept")
         compressed = {
             **{k: base[k] for k in ("stage", "bucket", "geometry", "deployment_target", "precision", "compute_units",
                                     "inputs", "outputs")},
-            # a scenario stage's package: its functions (sharing the compressed weights) and states
-            **{k: base[k] for k in ("kind", "functions", "default_function") if k in base},
+            # the package's functions (sharing the compressed weights) and states
+            **{k: base[k] for k in ("functions", "default_function") if k in base},
             "package": Path(out_package).name,
             "sha256": tree_sha256(tmp_pkg),
             "bytes": nbytes,
@@ -318,13 +319,6 @@ def compress_and_gate(stage: str, base_package: Path, base_report: Path, setting
     log.info("variant %s %s/%s: %.3f x bytes, %s", variant, stage, report["bucket"],
              compressed["compression"]["size_ratio"], _measured(report))
     return compressed
-
-
-def _gate(report: dict) -> str:
-    g = report["gate"]
-    if report.get("kind") == "scenario":
-        return f"min {g['min_snr_db']} dB per call, top-1 >= {g['min_top1']}"
-    return f"min {g['min_snr_db']} dB, exact >= {g['min_exact_fraction']}"
 
 
 def _measured(report: dict) -> str:

@@ -32,7 +32,7 @@ from anetts.compile.rewrite import LinearRewrite
 from anetts.compile.stamp import package_stamp
 from anetts.options import ConvertOptions  # noqa: F401 - re-exported: callers build options here
 from anetts.provenance import provenance
-from anetts.stage import DTYPES, BucketSpec, FunctionSpec, StateSpec
+from anetts.tensors import DTYPES, FunctionSpec, StateSpec
 
 log = logging.getLogger(__name__)
 
@@ -185,29 +185,23 @@ def state_types(states, deployment_target: str, where: str) -> list:
 
 def convert_export(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
                    options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
-    """Rule `convert`: an export's functions folder (`artifacts.export_files`) as its package. A
-    scenario stage's functions become one multifunction package; a stateless bucket's one function
-    `main`, a single-function package."""
-    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
-    convert = convert_scenario_package if export.get("kind") == "scenario" else convert_package
-    return convert(functions_dir, export_json, out_package, out_report, options, model_meta, out_inspect=out_inspect)
-
-
-def convert_package(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
-                    options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
-    """A stateless bucket's export (its one function `main`): convert, check and save.
+    """Rule `convert`: an export's functions folder (`artifacts.export_files`) as its package.
     `model_meta`: model, family, source, revision.
 
     `out_inspect`: also write the package's inspect JSON (`anetts inspect --json`); the walk is
     needed here anyway for the lint, and a separate job per package would re-import coremltools.
     """
-    clear_outputs(out_package, out_report, *((out_inspect,) if out_inspect is not None else ()))
     export = json.loads(Path(export_json).read_text(encoding="utf-8"))
-    spec = BucketSpec.from_json(export["spec"])
-    function = spec.function()
-    return convert_function(Path(functions_dir) / f"{function.name}.pt", function, out_package, out_report, options,
-                            model_meta,
-                            stage=spec.stage, bucket=spec.bucket, geometry=spec.geometry, out_inspect=out_inspect)
+    stage, bucket, geometry = export["stage"], export["bucket"], export["geometry"]
+    functions = [FunctionSpec.from_json(f) for f in export["functions"]]
+    if len(functions) == 1:
+        # one function is converted straight into the package: merging it (`convert_functions`)
+        # would raise its specification version and restamp it, other bytes for the same program
+        (fn,) = functions
+        return convert_function(Path(functions_dir) / f"{fn.name}.pt", fn, out_package, out_report, options,
+                                model_meta, stage=stage, bucket=bucket, geometry=geometry, out_inspect=out_inspect)
+    return _convert_multifunction(functions_dir, functions, stage, bucket, geometry, out_package, out_report,
+                                  options, model_meta, out_inspect)
 
 
 def convert_function(torchscript: Path, function: FunctionSpec, out_package: Path, out_report: Path,
@@ -219,8 +213,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     `fp32_ops`: the selectors of a whole multifunction package (`convert_functions`), which checks
     them once all its functions are converted: a selector need only match ops of one function.
 
-    `convert_package` is this for an export job's bucket; stateful functions (`prefill`,
-    `decode`) are converted one by one and merged with `anetts.compile.bundle.bundle_packages`,
+    `convert_export` is this for a package of one function; the functions of a package of several
+    (`prefill`, `decode`) are converted one by one and merged with `anetts.compile.bundle.bundle_packages`,
     which keeps their shared states and weights.  The report's `bucket` is `bucket`, else the
     function's name; its `functions` is the one function typed (`FunctionSpec.to_json`).
     """
@@ -229,8 +223,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
     ct = _ct()
     import torch
 
-    spec = BucketSpec(stage, bucket or function.name, 0, dict(geometry or {}), function.inputs, function.outputs)
-    where = f"{spec.stage}/{spec.bucket}"
+    bucket, geometry = bucket or function.name, dict(geometry or {})
+    where = f"{stage}/{bucket}"
     states = state_types(function.states, options.deployment_target, where)
     if options.precision not in PRECISIONS:
         raise ConversionError(f"unknown precision {options.precision!r}; choose one of {PRECISIONS}")
@@ -241,12 +235,12 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
 
     t0 = time.perf_counter()
     traced = torch.jit.load(str(torchscript)).eval()
-    inputs = [ct.TensorType(name=t.name, shape=t.shape, dtype=DTYPES[t.dtype]) for t in spec.inputs]
-    outputs = [ct.TensorType(name=t.name, dtype=DTYPES[t.dtype]) for t in spec.outputs]
+    inputs = [ct.TensorType(name=t.name, shape=t.shape, dtype=DTYPES[t.dtype]) for t in function.inputs]
+    outputs = [ct.TensorType(name=t.name, dtype=DTYPES[t.dtype]) for t in function.outputs]
     own_selectors = fp32_ops is None
     fp32_ops = Fp32Ops(options.fp32_ops, options.precision, where) if own_selectors else fp32_ops
     precision = fp32_ops.compute_precision(ct, options.precision)
-    rewrite = LinearRewrite(options.linear_rewrite, where=f"{spec.stage}/{spec.bucket}")
+    rewrite = LinearRewrite(options.linear_rewrite, where=where)
     try:
         with warnings.catch_warnings(), validated_once() as validate_noted, program_text_skipped():
             warnings.simplefilter("ignore")
@@ -255,22 +249,22 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
                                  pass_pipeline=rewrite.pass_pipeline(), **({"states": states} if states else {}))
             validate_noted()
     except Exception as e:
-        raise ConversionError(f"coremltools failed on {spec.stage}/{spec.bucket}: {type(e).__name__}: {e}") from e
+        raise ConversionError(f"coremltools failed on {where}: {type(e).__name__}: {e}") from e
     rewrite.check(mlmodel)  # a rewrite that matched nothing, or left a linear behind, is an error
     if own_selectors:
         fp32_ops.check()  # so is an fp32_ops selector that matched nothing
     t1 = time.perf_counter()
 
-    stamp = package_stamp(model_meta, spec.stage, spec.bucket, spec.geometry, options.precision,
+    stamp = package_stamp(model_meta, stage, bucket, geometry, options.precision,
                           compute_units=options.compute_units, linear_rewrite=options.linear_rewrite,
                           **({"fp32_ops": json.dumps(list(options.fp32_ops))} if options.fp32_ops else {}))
     mlmodel.short_description = stamp.description
     mlmodel.author = stamp.author
     mlmodel.license = stamp.licence
     mlmodel.version = stamp.version
-    for t in spec.inputs:
+    for t in function.inputs:
         mlmodel.input_description[t.name] = t.description
-    for t in spec.outputs:
+    for t in function.outputs:
         mlmodel.output_description[t.name] = t.description
     meta = stamp.metadata
     mlmodel.user_defined_metadata.update(meta)
@@ -281,16 +275,16 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
         drop_temp_package(mlmodel)
         stabilize_package(tmp_pkg)  # the same inputs give the same bytes (sha256)
         io = package_io(tmp_pkg)
-        _check_io(spec, io, tmp_pkg)
+        _check_io(function, io, tmp_pkg)
         _check_states(function, io, tmp_pkg)
         info = inspect_package(tmp_pkg)
         lint = info["lint"]
         apply_lint_policy(lint, options.fatal_lint)
         check_size(tmp_pkg, options, where)
         report = {
-            "stage": spec.stage,
-            "bucket": spec.bucket,
-            "geometry": spec.geometry,
+            "stage": stage,
+            "bucket": bucket,
+            "geometry": geometry,
             "package": Path(out_package).name,
             "sha256": tree_sha256(tmp_pkg),
             "bytes": tree_bytes(tmp_pkg),
@@ -299,6 +293,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
             "compute_units": options.compute_units,
             **io,
             # the package's one function typed (the package names it as Core ML does, `main`)
+            "default_function": function.name,
             "functions": [function.to_json()],
             "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
             "linear_rewrite": rewrite.report(),
@@ -312,7 +307,7 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
         write_json(tmp_report, report)
         if out_inspect is not None:
             write_json(tmps[2], {**info, "package": str(out_package)})
-    log.info("converted %s/%s in %.1fs", spec.stage, spec.bucket, report["seconds"]["total"])
+    log.info("converted %s in %.1fs", where, report["seconds"]["total"])
     return report
 
 
@@ -341,7 +336,7 @@ def convert_functions(torchscripts: dict[str, Path], functions: list[FunctionSpe
     and merged into one multifunction package at `out_package` sharing weights and states, the
     first function its default. Returns (bundle report with its `seconds`, {function: convert
     report}). The one
-    convert-and-bundle path: rule `convert` of a scenario stage, and `compile_module`."""
+    convert-and-bundle path: rule `convert` of a package of several functions, and `compile_module`."""
     from anetts.compile.bundle import bundle_packages
 
     where = f"{stage}/{bucket}" if bucket else stage
@@ -362,17 +357,15 @@ def convert_functions(torchscripts: dict[str, Path], functions: list[FunctionSpe
     return bundle, reports
 
 
-def convert_scenario_package(functions_dir: Path, export_json: Path, out_package: Path, out_report: Path,
-                             options: ConvertOptions, model_meta: dict, out_inspect: Path | None = None) -> dict:
-    """A scenario stage's functions (one TorchScript each, with their states) converted one by one
-    and merged into one multifunction package sharing weights and states; size-linted as a whole."""
+def _convert_multifunction(functions_dir: Path, functions: list[FunctionSpec], stage: str, bucket: str,
+                           geometry: dict, out_package: Path, out_report: Path, options: ConvertOptions,
+                           model_meta: dict, out_inspect: Path | None) -> dict:
+    """Functions (one TorchScript each, with their states) converted one by one and merged into one
+    multifunction package sharing weights and states; size-linted as a whole."""
     import tempfile
 
     outs = (out_package, out_report) + ((out_inspect,) if out_inspect is not None else ())
     clear_outputs(*outs)
-    export = json.loads(Path(export_json).read_text(encoding="utf-8"))
-    stage, bucket, geometry = export["stage"], export["bucket"], export["geometry"]
-    functions = [FunctionSpec.from_json(f) for f in export["functions"]]
     where = f"{stage}/{bucket}"
     torchscripts = {fn.name: Path(functions_dir) / f"{fn.name}.pt" for fn in functions}
     t0 = time.perf_counter()
@@ -388,7 +381,6 @@ def convert_scenario_package(functions_dir: Path, export_json: Path, out_package
             report = {
                 "stage": stage,
                 "bucket": bucket,
-                "kind": "scenario",
                 "geometry": geometry,
                 "package": Path(out_package).name,
                 "sha256": tree_sha256(tmp_pkg),
@@ -418,9 +410,9 @@ def convert_scenario_package(functions_dir: Path, export_json: Path, out_package
     return report
 
 
-def _check_io(spec: BucketSpec, io: dict, package: Path) -> None:
-    want_in = {t.name: (list(t.shape), t.dtype) for t in spec.inputs}
-    want_out = {t.name: t.dtype for t in spec.outputs}
+def _check_io(function: FunctionSpec, io: dict, package: Path) -> None:
+    want_in = {t.name: (list(t.shape), t.dtype) for t in function.inputs}
+    want_out = {t.name: t.dtype for t in function.outputs}
     got_in = {t["name"]: (t["shape"], t["dtype"]) for t in io["inputs"]}
     got_out = {t["name"]: t["dtype"] for t in io["outputs"]}
     if got_in != want_in:

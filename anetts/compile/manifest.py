@@ -14,7 +14,7 @@ from anetts.artifacts import atomic_outputs, tree_sha256, write_json
 from anetts.families import get_family
 from anetts.provenance import provenance
 from anetts.runtime.manifest import MANIFEST_VERSION, unreadable_version  # noqa: F401 - the format, once
-from anetts.stage import FunctionSpec
+from anetts.tensors import FunctionSpec
 
 
 def report_functions(report: dict) -> list[dict]:
@@ -99,7 +99,7 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
             # the traced export the torch backend runs: a folder of <function>.pt (same I/O as the package)
             "torchscript": rel(torchscript),
             "torchscript_sha256": tree_sha256(torchscript),
-            # the calls its parity played (a stateless bucket: one call on its example inputs)
+            # the calls its parity played (a one-call stage: one call on its example inputs)
             "scenario": rel(scenario),
         }
         entries.append(entry)

@@ -262,7 +262,7 @@ def make_pass_pipeline(variant: str, stats: RewriteStats | None = None):
 class LinearRewrite:
     """The convert-time integration: one object per ``ct.convert`` call.
 
-    Usage in ``convert_package``::
+    Usage in ``convert_function``::
 
         rw = LinearRewrite(variant, where=f"{spec.stage}/{spec.bucket}")
         mlmodel = ct.convert(..., pass_pipeline=rw.pass_pipeline())

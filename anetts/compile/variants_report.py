@@ -36,8 +36,8 @@ def write_variant_manifest(out: Path, variant: str, weights_dir: Path, reports: 
 
 
 def _mil(report: dict) -> dict:
-    """The MIL executor's verdict numbers: worst SNR, integer outputs' exact fractions, and for a
-    scenario stage the top-1 agreement of each logits output over the scenario."""
+    """The MIL executor's verdict numbers: worst SNR, integer outputs' exact fractions, and where a
+    stage declares logits the top-1 agreement of each over the scenario."""
     b = report["backends"]["mil"]
     exact = {n: o["exact_fraction"] for n, o in b["outputs"].items() if "exact_fraction" in o}
     top1 = {n: t["agreement"] for n, t in b.get("top1", {}).items()}
@@ -46,11 +46,12 @@ def _mil(report: dict) -> dict:
 
 def _row(r: dict | None, p: dict, passed: bool) -> dict:
     z = r["compression"] if r else p.get("sizes", {})
-    return {"variant": p["variant"], "stage": p["stage"], "bucket": p["bucket"], "kind": p.get("kind", "bucketed"),
+    return {"variant": p["variant"], "stage": p["stage"], "bucket": p["bucket"],
             "passed": passed, "settings": p.get("settings"), "bytes": (r or z).get("bytes"),
             "base_bytes": z.get("base_bytes"), "size_ratio": z.get("size_ratio"), "weight_ratio": z.get("weight_ratio"),
             "gate_min_snr_db": p["gate"]["min_snr_db"],
-            "gate_min_top1": p["gate"].get("min_top1") if p.get("kind") == "scenario" else None, **_mil(p)}
+            # a gate's top-1 bound where the package has logits outputs to hold to it
+            "gate_min_top1": p["gate"].get("min_top1") if p["backends"]["mil"].get("top1") else None, **_mil(p)}
 
 
 def variant_rows(reports: list) -> list[dict]:

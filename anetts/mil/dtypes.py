@@ -65,7 +65,6 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 
 _NP_TO_NAME = {v: k for k, v in NUMPY_DTYPES.items()}
-TORCH_TO_NAME = {v: k for k, v in TORCH_DTYPES.items()}
 
 FLOAT_NAMES = frozenset({"fp16", "fp32", "fp64", "bf16"})
 

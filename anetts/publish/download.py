@@ -16,13 +16,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from anetts.loader import HF_SCHEME
 from anetts.publish.layout import PUBLISH_MANIFEST, file_sha256
 from anetts.runtime.errors import ArtifactError, IntegrityError
 from anetts.runtime.manifest import contained_path
 
 log = logging.getLogger(__name__)
-HF_SCHEME = "hf://"
-_URI = re.compile(r"^hf://([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)(?:@([^@\s]+))?$")
+_URI = re.compile("^" + re.escape(HF_SCHEME) + r"([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)(?:@([^@\s]+))?$")
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/"
 LEFTOVER_SUFFIXES = (".partial", ".incomplete", ".lock")
 

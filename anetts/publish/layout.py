@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from anetts.artifacts import manifest_path, tree_sha256, write_json
+from anetts.loader import HF_SCHEME
 from anetts.publish.errors import PublishError
 from anetts.runtime.manifest import manifest_paths  # torch-free, like the rest of the manifest reader
 from anetts.units import format_bytes
@@ -177,8 +178,8 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
              f"{'`' + git['commit'] + '`' if git.get('commit') else '(not recorded: built outside a git checkout)'}"
              f"{' (dirty tree)' if git.get('dirty') else ''}.", "",
              "## Load and speak", "", "```bash", "pip install ane-tts",
-             f"anetts speak \"Hello.\" -o hello.wav --model hf://{repo_id}@<commit>", "```", "",
-             "```python", "import anetts", f"tts = anetts.load(\"hf://{repo_id}@<commit>\")  # torch off macOS, coreml on it",
+             f"anetts speak \"Hello.\" -o hello.wav --model {HF_SCHEME}{repo_id}@<commit>", "```", "",
+             "```python", "import anetts", f"tts = anetts.load(\"{HF_SCHEME}{repo_id}@<commit>\")  # torch off macOS, coreml on it",
              "audio = tts.synthesize(\"Hello.\").audio", "```", "",
              "Pin `<commit>` to a commit sha: the download is checked file by file against `manifest.json` "
              "(sha256, size, no LFS pointers, every `.mlpackage` complete) before first use, and later loads work "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from anetts.artifacts import atomic_file, write_json
 from anetts.provenance import provenance
+from anetts.loader import HF_SCHEME
 from anetts.publish.errors import PublishError
 from anetts.publish.layout import PUBLISH_MANIFEST, check_gate, file_sha256, stage_tree
 
@@ -186,7 +187,7 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", priv
         commit = info.oid
         echo(f"committed {len(ops)} operation(s) to {repo_id}@{revision}: {commit}")
     record = {"repo_id": repo_id, "revision": revision, "commit": commit, "endpoint": api.endpoint,
-              "load": f"hf://{repo_id}@{commit}", "variants": sorted(manifest["variants"]),
+              "load": f"{HF_SCHEME}{repo_id}@{commit}", "variants": sorted(manifest["variants"]),
               "files": len(manifest["files"]), "plan": {k: len(v) for k, v in plan.__dict__.items() if isinstance(v, list)},
               "manifest_sha256": file_sha256(tree / PUBLISH_MANIFEST), "provenance": project}
     with atomic_file(out / PUBLISHED) as tmp:

@@ -36,7 +36,7 @@ def benchmark_files(wf, model: str, patterns: dict[str, tuple[str, str | None]])
 
     `patterns`: rule name → (benchmark pattern with wildcards among model, stage, bucket; which
     jobs the rule has, `anetts.resources.RuleSpec.jobs`). The combinations are the model's:
-    stage+bucket → its packages (of the rule's stage kind), stage → its stages, bucket → the
+    stage+bucket → its packages (of its bundled stages for "bundled"), stage → its stages, bucket → the
     shared reference buckets (the chain checks' for "chain"), none → one per model ("end_to_end":
     only if the model has the check).
     """
@@ -44,7 +44,7 @@ def benchmark_files(wf, model: str, patterns: dict[str, tuple[str, str | None]])
     for rule, (pattern, jobs) in sorted(patterns.items()):
         if jobs == "end_to_end" and not wf.end_to_end_reports(model) or jobs == "listen" and not wf.listen_reports(model):
             continue
-        stages = [s for s in wf.stages(model) if jobs in (None, "chain") or wf.stage_kind(model, s) == jobs]
+        stages = wf.bundled_stages(model) if jobs == "bundled" else wf.stages(model)
         if jobs == "chain":
             reference = [Path(p).stem for p in wf.chain_reports(model)]
         else:

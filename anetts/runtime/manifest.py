@@ -19,7 +19,7 @@ from typing import Any
 from anetts.artifacts import tree_sha256
 from anetts.families import declaration
 from anetts.runtime.errors import ArtifactError, IntegrityError
-from anetts.stage import FunctionSpec, TensorSpec
+from anetts.tensors import FunctionSpec, TensorSpec
 
 MANIFEST_NAME = "manifest.json"
 # 2: runtime assets listed; 3: every package (and bundle) lists its typed functions (I/O and states);

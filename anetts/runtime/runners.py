@@ -4,8 +4,8 @@ run ``function(inputs, state)``.
 The executors (:data:`EXECUTORS`, the one list the CLI, bench and the runtimes use):
 
 - ``torch``: the TorchScript exports the packages were converted from (fp32, any OS): a folder of
-  ``<function>.pt`` per package (a stateless bucket: ``main.pt``), whose state buffers (named as
-  the functions' :class:`~anetts.stage.StateSpec`) are shared by binding one state to every
+  ``<function>.pt`` per package (a one-call stage: ``main.pt``), whose state buffers (named as
+  the functions' :class:`~anetts.tensors.StateSpec`) are shared by binding one state to every
   function's module.
 - ``mil``: the MIL reference executor (:mod:`anetts.mil`) on the .mlpackage (any OS, slow).
 - ``coreml``: Core ML through coremltools (macOS only; checked before anything is imported), one
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from anetts.runtime.errors import ArtifactError, BackendUnavailable, InputError
-from anetts.stage import FunctionSpec
+from anetts.tensors import FunctionSpec
 
 if TYPE_CHECKING:
     from anetts.runtime.manifest import ModelArtifacts

@@ -14,10 +14,9 @@ from pathlib import Path
 from anetts.artifacts import clear_outputs
 from anetts.compile.manifest import build_manifest
 from anetts.families import get_family
+from anetts.gate import ParityError, write_checks_verdict
 from anetts.runtime.manifest import MANIFEST_NAME
 from anetts.runtime.runners import default_executor
-from anetts.verify.chain import write_checks_verdict
-from anetts.verify.parity import ParityError
 
 # the executor that runs the compiled packages themselves: the default one for a model whose
 # TorchScript exports are not what is checked (Core ML on macOS, the MIL executor elsewhere)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anetts.compile.convert import ConversionError, ConvertOptions, convert_package
+from anetts.compile.convert import ConversionError, ConvertOptions, convert_export
 from anetts.compile.inspect import load_spec
-from anetts.compile.trace import export_stage
+from anetts.compile.export import export_stage
 from anetts.families import get_family
 from anetts.options import Gate
 from anetts.verify.parity import run_parity
@@ -27,8 +27,8 @@ def _generator_block() -> dict:
 @pytest.fixture(scope="module")
 def exported_generator(tiny_weights, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen_export")
-    export_stage(FAMILY, "generator", 3, tiny_weights, out / "3s.functions", out / "3s.scenario.npz",
-                 out / "3s.export.json", model=tiny_model)
+    export_stage(FAMILY, "generator", "3s", 3, None, tiny_weights, None, out / "3s.functions",
+                 out / "3s.scenario.npz", out / "3s.export.json", model=tiny_model)
     return out
 
 
@@ -39,8 +39,8 @@ def mixed(exported_generator, tmp_path_factory):
     assert options.precision == "fp16" and options.fp32_ops, "config.yaml's generator sets fp32_ops"
     out = tmp_path_factory.mktemp("gen_mixed")
     e = exported_generator
-    report = convert_package(e / "3s.functions", e / "3s.export.json", out / "3s.mlpackage", out / "3s.json", options, META,
-                             out_inspect=out / "3s.inspect.json")
+    report = convert_export(e / "3s.functions", e / "3s.export.json", out / "3s.mlpackage", out / "3s.json", options, META,
+                            out_inspect=out / "3s.inspect.json")
     return options, out, report
 
 
@@ -105,7 +105,7 @@ def test_selector_matching_nothing_fails_and_leaves_nothing(exported_generator, 
     options = ConvertOptions.make(fp32_ops=["module:conv_post", "module:no_such_module", "op:no_such_op"])
     with pytest.raises(ConversionError, match=r"generator/3s: fp32_ops selector\(s\) \['module:no_such_module', "
                                               r"'op:no_such_op'\] matched no op"):
-        convert_package(e / "3s.functions", e / "3s.export.json", pkg, report, options, META)
+        convert_export(e / "3s.functions", e / "3s.export.json", pkg, report, options, META)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -117,8 +117,8 @@ def test_selector_matching_nothing_fails_and_leaves_nothing(exported_generator, 
 def test_bad_fp32_ops_fail_before_converting(exported_generator, tmp_path, fp32_ops, precision, message):
     e = exported_generator
     with pytest.raises(ConversionError, match=message):
-        convert_package(e / "3s.functions", e / "3s.export.json", tmp_path / "p.mlpackage", tmp_path / "p.json",
-                        ConvertOptions.make(fp32_ops=fp32_ops, precision=precision), META)
+        convert_export(e / "3s.functions", e / "3s.export.json", tmp_path / "p.mlpackage", tmp_path / "p.json",
+                       ConvertOptions.make(fp32_ops=fp32_ops, precision=precision), META)
     assert list(tmp_path.iterdir()) == []
 
 

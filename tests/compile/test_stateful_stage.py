@@ -13,14 +13,16 @@ import pytest
 import torch
 import torch.nn as nn
 
+from kv_example import KVAttention, KVGeometry, functions, prefill_decode, states
+
 from anetts.compile.convert import ConversionError, ConvertOptions, convert_function
-from anetts.compile.scenario_export import compile_module
+from anetts.compile.export import compile_module, record_eager
 from anetts.compile.inspect import function_io, load_spec
-from anetts.stage import FunctionSpec, StateSpec, TensorSpec
-from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode, states
-from anetts.verify.parity import Gate, ParityError
-from anetts.verify.scenario import (Call, Scenario, check_scenario, load_scenario, per_call_db, record_eager,
-                                    run_scenario, save_scenario)
+from anetts.gate import ParityError
+from anetts.options import Gate
+from anetts.scenario import Call, Scenario, load_scenario, save_scenario
+from anetts.tensors import FunctionSpec, StateSpec, TensorSpec
+from anetts.verify.parity import check_scenario, per_call_db, run_scenario
 
 G = KVGeometry(dim=32, heads=2, context=16)
 PREFILL, DECODE_STEPS = 4, 3
@@ -141,7 +143,7 @@ def test_decode_without_the_carried_state_fails(package, scenario_and_reference)
     program = load_program(package)
     call = scenario.calls[1]
     fresh = program.run(dict(call.inputs), "decode", state=program.make_state("decode"))
-    from anetts.verify.metrics import compare
+    from anetts.metrics import compare
 
     assert compare(reference[1]["y"], fresh["y"])["snr_db"] < 20.0
 
@@ -224,6 +226,6 @@ def test_run_mil_cli_lists_states_and_runs_from_a_zero_state(package, scenario_a
     out = tmp_path / "out.npz"
     assert main([str(package), "-i", str(inputs), "-f", "prefill", "-o", str(out)]) == 0
     with np.load(out) as z:  # the first call of the scenario starts from zeros too
-        from anetts.verify.metrics import compare
+        from anetts.metrics import compare
 
         assert compare(reference[0]["y"], z["y"])["snr_db"] >= 35.0

@@ -130,16 +130,16 @@ def test_the_wrapper_is_upstream_and_padding_never_reaches_the_valid_samples(ups
 @pytest.fixture(scope="module")
 def codec_build(fish_tiny, tmp_path_factory):
     """fish-tiny's codec at one bucket: exported, converted (the config's fp16 / macOS15 options)."""
-    from anetts.compile.convert import ConvertOptions, convert_package
-    from anetts.compile.trace import export_stage
+    from anetts.compile.convert import ConvertOptions, convert_export
+    from anetts.compile.export import export_stage
     from anetts.families import get_family
 
     d = tmp_path_factory.mktemp("codec")
-    export_stage(get_family("fish"), "codec", FRAMES, fish_tiny, d / "f8.functions", d / "f8.scenario.npz",
-                 d / "f8.export.json")
+    export_stage(get_family("fish"), "codec", "f8", FRAMES, None, fish_tiny, None, d / "f8.functions",
+                 d / "f8.scenario.npz", d / "f8.export.json")
     opts = ConvertOptions.make(deployment_target="macOS15", precision="fp16", compute_units="CPU_AND_GPU")
-    convert_package(d / "f8.functions", d / "f8.export.json", d / "f8.mlpackage", d / "f8.json", opts,
-                    {"model": "fish-tiny", "family": "fish"})
+    convert_export(d / "f8.functions", d / "f8.export.json", d / "f8.mlpackage", d / "f8.json", opts,
+                   {"model": "fish-tiny", "family": "fish"})
     return d
 
 
@@ -149,12 +149,14 @@ def test_codec_bucket_passes_parity_against_upstream(codec_build):
 
     d = codec_build
     export = json.loads((d / "f8.export.json").read_text())
-    spec = export["spec"]
-    assert spec["bucket"] == "f8" and spec["inputs"][0] == {
+    (spec,) = export["functions"]
+    assert export["bucket"] == "f8" and spec["inputs"][0] == {
         "name": "codes", "shape": [1, 10, 8], "dtype": "int32", "description": spec["inputs"][0]["description"]}
     assert spec["outputs"][0]["shape"] == [1, 8 * 2048]
-    assert export["valid_regions"]["audio"] == [1, 6 * 2048]  # the example leaves 2 padding frames
+    assert export["geometry"] == {"frames": 8, "samples": 8 * 2048, "samples_per_frame": 2048, "sample_rate": 44100,
+                                  "codes_per_frame": 10}
     report = run_parity(d / "f8.mlpackage", d / "f8.scenario.npz", d / "f8.export.json", Gate.make())
+    assert report["valid_regions"] == {"audio": [1, 6 * 2048]}  # the example leaves 2 padding frames
     mil = report["backends"]["mil"]
     assert report["passed"] and mil["min_snr_db"] >= 35, mil
     conv = json.loads((d / "f8.json").read_text())

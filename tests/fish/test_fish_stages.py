@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from anetts.compile.scenario_export import compile_module as export_stage
-from anetts.models.fish.stages.chain import play_mil
+from anetts.compile.export import compile_module as export_stage
+from anetts.compile.export import record_eager
+from anetts.models.fish.chain_check import play_mil
 from anetts.models.fish.stages.fast_ar import FastARStage
 from anetts.models.fish.stages.lm_head import restricted_ids
 from anetts.models.fish.config import chunk_bounds
 from anetts.models.fish.stages.slow_chunk import SlowChunkStage
+from anetts.metrics import logit_rows, top1_agreement
 from anetts.options import ConvertOptions, Gate
-from anetts.verify.metrics import logit_rows, top1_agreement
-from anetts.verify.scenario import per_call_db, record_eager, run_scenario
+from anetts.verify.parity import per_call_db, run_scenario
 from anetts.workflow import WorkflowConfig
 from fish_helpers import MODEL, REPO, fish_config
 

@@ -108,7 +108,7 @@ def test_compressed_scenario_stages_keep_shared_weights_and_states(variant_build
         # the functions share one int8 copy: about half the fp16 bytes, not a copy per function
         assert report["compression"]["weight_ratio"] < 0.6, (stage, report["compression"])
         parity = json.loads((vdir / "parity" / stage / "ctx256.json").read_text())
-        assert parity["kind"] == "scenario" and parity["passed"] and parity["default_gate"]["min_snr_db"] == 35
+        assert parity["calls"] > 1 and parity["passed"] and parity["default_gate"]["min_snr_db"] == 35
     slow = json.loads((vdir / "packages" / "slow_chunk0" / "ctx256.json").read_text())
     assert sorted(f["name"] for f in slow["functions"]) == ["decode", "prefill"]
     prog = load_program(vdir / "packages" / "slow_chunk0" / "ctx256.mlpackage")

@@ -28,10 +28,11 @@ def test_config_expands_repeated_stages_per_model():
     # the model's own stage settings override its family's: fish-s2-pro sets more chunks, fish-tiny one codec bucket
     assert wf.stages("fish-s2-pro")[:-2] == [f"slow_chunk{k}" for k in range(cfg["models"]["fish-s2-pro"]["stages"]["slow_chunk"]["chunks"])]
     assert wf.buckets("fish-tiny", "codec") == ["f8"] and wf.buckets("fish-s2-pro", "codec") == ["f16", "f64"]
-    assert wf.stage_kind("fish-tiny", "codec") == "bucketed"
     assert wf.stage_params("fish-tiny", "slow_chunk1")["index"] == 1
-    assert wf.stage_kind("fish-tiny", "fast_ar") == "scenario" and wf.stage_kind("kokoro-tiny", "duration") == "bucketed"
-    # a scenario stage's package already holds its functions; the codec's buckets are bundled
+    # the AR stages' packages already hold their functions; the codec's buckets are bundled
+    assert wf.bundled_stages("fish-tiny") == ["codec"] and "duration" in wf.bundled_stages("kokoro-tiny")
+    assert wf.stage_params("fish-tiny", "fast_ar")["scenario_frames"] == wf.reference_params("fish-tiny")["scenario_frames"]
+    assert "scenario_frames" not in wf.stage_params("fish-tiny", "codec")
     assert wf.bundles("fish-tiny") == ["artifacts/fish-tiny/bundles/codec.mlpackage"]
     assert wf.chain_reports("fish-tiny") == ["artifacts/fish-tiny/chain/ctx320.json"]  # the codec is not in a chain
     assert wf.chain_reports("kokoro-tiny") == []
@@ -134,10 +135,9 @@ def test_fish_build_is_gated_and_manifested(fish_build):
     assert [(p["stage"], p["bucket"]) for p in m["packages"]] == [
         ("slow_chunk0", "ctx256"), ("slow_chunk1", "ctx256"), ("fast_ar", "ctx256"), ("codec", "f8")]
     for p in m["packages"]:
-        kind = m["stages"][p["stage"]]["kind"]
-        assert kind == ("bucketed" if p["stage"] == "codec" else "scenario") and p["parity"]["passed"]
+        assert p["parity"]["passed"]
         assert (mdir / p["path"]).is_dir() and (mdir / p["scenario"]).is_file()
-        # one export layout for every stage kind: a folder of <function>.pt
+        # one export layout for every stage: a folder of <function>.pt
         assert sorted(f.name for f in (mdir / p["torchscript"]).glob("*.pt")) == sorted(
             f"{f['name']}.pt" for f in p["functions"])
     codec = m["packages"][-1]
@@ -202,10 +202,10 @@ def test_package_metadata_carries_the_licence(fish_build):
 
 def test_a_wrong_package_fails_its_scenario_and_leaves_no_report(fish_build, tmp_path):
     """Upstream's expected outputs perturbed (as a package from other weights would score): the gate fails."""
+    from anetts.gate import ParityError
     from anetts.options import Gate
-    from anetts.verify.parity import ParityError
-    from anetts.verify.scenario import load_scenario, save_scenario
-    from anetts.verify.scenario_parity import check_scenario_parity, run_scenario_parity
+    from anetts.scenario import load_scenario, save_scenario
+    from anetts.verify.parity import check_parity, run_parity
 
     exp = fish_build / "artifacts" / MODEL / "export" / "fast_ar"
     scenario, expected = load_scenario(exp / "ctx256.scenario.npz")
@@ -213,11 +213,11 @@ def test_a_wrong_package_fails_its_scenario_and_leaves_no_report(fish_build, tmp
     wrong = [{k: (v + 0.2 * np.std(v) * g.standard_normal(v.shape).astype(v.dtype) if k == "logits" else v)
               for k, v in e.items()} for e in expected]
     save_scenario(tmp_path / "wrong.scenario.npz", scenario, wrong)
-    report = run_scenario_parity(fish_build / "artifacts" / MODEL / "packages" / "fast_ar" / "ctx256.mlpackage",
-                                 tmp_path / "wrong.scenario.npz", exp / "ctx256.export.json", Gate.make())
+    report = run_parity(fish_build / "artifacts" / MODEL / "packages" / "fast_ar" / "ctx256.mlpackage",
+                        tmp_path / "wrong.scenario.npz", exp / "ctx256.export.json", Gate.make())
     assert not report["passed"]
-    with pytest.raises(ParityError, match="fast_ar/ctx256 failed its scenario gate"):
-        check_scenario_parity(report, tmp_path / "r.json", tmp_path / "r.npz")
+    with pytest.raises(ParityError, match=r"fast_ar/ctx256 failed its parity gate \(min \S+ dB, .*top-1 >= "):
+        check_parity(report, tmp_path / "r.json", tmp_path / "r.npz")
     assert not (tmp_path / "r.json").exists() and (tmp_path / "r.failed.json").exists()
 
 
@@ -228,14 +228,14 @@ def test_noop_rebuild_has_nothing_to_do(fish_build):
 
 def test_size_lint_fails_an_oversized_package(fish_build, tmp_path):
     """max_package_mb below a chunk's size: conversion fails naming the key and leaves no package."""
-    from anetts.compile.convert import ConversionError, ConvertOptions, convert_scenario_package
+    from anetts.compile.convert import ConversionError, ConvertOptions, convert_export
 
     exp = fish_build / "artifacts" / MODEL / "export" / "slow_chunk1"
     out = tmp_path / "slow_chunk1.mlpackage"
     opts = ConvertOptions.make(deployment_target="macOS15", max_package_mb=0.1)
     with pytest.raises(ConversionError, match="max_package_mb"):
-        convert_scenario_package(exp / "ctx256.functions", exp / "ctx256.export.json", out, tmp_path / "r.json",
-                                 opts, {"model": MODEL, "family": "fish"})
+        convert_export(exp / "ctx256.functions", exp / "ctx256.export.json", out, tmp_path / "r.json",
+                       opts, {"model": MODEL, "family": "fish"})
     assert not out.exists() and not (tmp_path / "r.json").exists()
 
 

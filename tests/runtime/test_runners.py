@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from kv_example import KVAttention, KVGeometry, functions, prefill_decode
+
 from anetts.compile.convert import ConvertOptions
-from anetts.compile.scenario_export import compile_module
+from anetts.compile.export import compile_module, record_eager
+from anetts.options import Gate
 from anetts.runtime.errors import BackendUnavailable, InputError
 from anetts.runtime.runners import EXECUTORS, PackageRef, default_executor, load_program
-from anetts.verify.kv_example import KVAttention, KVGeometry, functions, prefill_decode
-from anetts.verify.parity import Gate
-from anetts.verify.scenario import _run_backend, record_eager
+from anetts.verify.parity import _run_backend
 
 G = KVGeometry(dim=32, heads=2, context=16)
 PREFILL, DECODE_STEPS = 4, 3

@@ -163,7 +163,7 @@ def test_cli_usage_errors_exit_2(tmp_path):
 
 def test_cli_run_mil_delegates(model_dir, tmp_path, capsys):
     pkg = model_dir / "packages" / "decoder_pre" / "3s.mlpackage"
-    from anetts.verify.scenario import load_scenario
+    from anetts.scenario import load_scenario
 
     inputs = tmp_path / "3s.inputs.npz"  # the export's one call, as a plain npz of inputs
     np.savez(inputs, **load_scenario(model_dir / "export" / "decoder_pre" / "3s.scenario.npz")[0].calls[0].inputs)

@@ -41,9 +41,10 @@ from anetts.models.fish.assets import InputEmbedding
 from anetts.models.fish.greedy import Greedy
 from anetts.models.fish.runtime import FishDecoder, Sampling
 from anetts.models.fish.sampling import DECODE, FRAME, SamplingParams, filtered_probs
+from anetts.metrics import compare, gap_in_noise
 from anetts.options import Gate
 from anetts.provenance import provenance
-from anetts.verify.metrics import compare, gap_in_noise
+from anetts.scenario import Scenario
 
 FUSED_FRAMES = 128
 # A flip within this many units of its step's logit noise is a near-tie (the end-to-end gate's
@@ -61,12 +62,21 @@ def mil_program(stage: str, package: Path):
     """A built package on the MIL executor, its typed functions from its convert report (beside it)."""
     from anetts.compile.manifest import report_functions
     from anetts.runtime.runners import PackageRef, load_program
-    from anetts.stage import FunctionSpec
+    from anetts.tensors import FunctionSpec
 
     report = json.loads(Path(package).with_suffix(".json").read_text(encoding="utf-8"))
     functions = tuple(FunctionSpec.from_json(f) for f in report_functions(report))
     return load_program("mil", PackageRef(f"{stage} ({Path(package).name})", Path(package), functions,
                                           report.get("default_function", functions[0].name)))
+
+
+def play_mil(package: Path, scenario: Scenario) -> list[dict[str, np.ndarray]]:
+    """Every call's outputs on the MIL executor's runner, one state carried through, for tests and
+    benchmarks of a compiled AR stage (a package of the build, or one `anetts.compile.export.compile_module`
+    made); parity's `run_scenario` scores, this keeps the outputs (e.g. for top-1 agreement of logits)."""
+    program = mil_program(Path(package).stem, package)
+    state = program.new_state(scenario.calls[0].function) if scenario.states else None
+    return [program.run(c.function, dict(c.inputs), state) for c in scenario.calls]
 
 
 def compiled_decoder(chunks: dict[str, Path], fast: Path, embed: InputEmbedding, prefill: int) -> FishDecoder:

@@ -27,7 +27,7 @@ import numpy as np
 
 from anetts.bench import peak_rss_bytes
 from anetts.models.fish.greedy import Greedy
-from anetts.verify.metrics import compare
+from anetts.metrics import compare
 
 GATE_KEYS = ("max_tie_noise", "min_logits_db", "min_slow_hidden_db", "min_audio_snr_db")
 

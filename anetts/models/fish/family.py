@@ -19,11 +19,11 @@ DECLARATION = FamilyDecl(
     name="fish",
     stages={
         "slow_chunk": StageDecl("slow_chunk", "context", (f"{_F}/stages/slow_chunk.py", f"{_F}/stages/lm_head.py", *_SHARED),
-                                uses_reference=True, kind="scenario", repeat="chunks",
+                                uses_reference=True, bundle=False, repeat="chunks",
                                 description="slow-AR layers [a, b) with prefill + decode and an fp16 KV state; the "
                                             "last also the tied head over the semantic ids + <|im_end|>"),
         "fast_ar": StageDecl("fast_ar", "context", (f"{_F}/stages/fast_ar.py", *_SHARED), uses_reference=True,
-                             kind="scenario", description="fast AR: one call per codebook, a 10-slot KV state"),
+                             bundle=False, description="fast AR: one call per codebook, a 10-slot KV state"),
         "codec": StageDecl("codec", "frames", (f"{_F}/stages/codec.py", f"{_F}/codec.py"),
                            description="modded DAC decoder: 10 codes per frame -> 2048 samples at 44.1 kHz"),
     },
@@ -39,6 +39,7 @@ DECLARATION = FamilyDecl(
         "local": _WEIGHTS_COMMON,
     },
     reference_code=(f"{_F}/reference.py", f"{_F}/prompt.py", f"{_F}/tokenizer.py", f"{_F}/impl.py"),
+    reference_params=("scenario_frames",),
     assets_code=(f"{_F}/assets.py",),
     # the chain check drives the runtime's decode loop (runtime.py) greedily (greedy.py) and sampled
     # (sampling.py: the host's draws, and the noise the fused fast AR draws on)

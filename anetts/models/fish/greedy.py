@@ -20,7 +20,7 @@ import numpy as np
 from anetts.models.fish.config import FishConfig
 from anetts.models.fish.runtime import Picks
 from anetts.models.fish.sampling import forced_draw, frame_draw
-from anetts.verify.metrics import compare, gap_in_noise, top1_agreement
+from anetts.metrics import compare, gap_in_noise, top1_agreement
 
 
 class Greedy(Picks):

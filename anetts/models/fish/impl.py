@@ -35,17 +35,11 @@ def make_stage(name: str, params: dict, weights_dir: Path) -> Stage:
     raise KeyError(f"family fish has no stage {name!r}; stages: slow_chunk<k>, fast_ar")
 
 
-def _load_model(weights_dir: Path, stage: str | None = None):
+def _load_reference_model(weights_dir: Path):
     """The upstream reference model (fish-speech 0.1.0 + the S2 adaptation) for the shared reference
-    run, or upstream's codec for the `codec` stage; the AR stages load only their own tensors
-    (`Stage.load`)."""
+    run; imported here so that only that job imports upstream's code."""
     from anetts.models.fish.reference import load_reference_model
 
-    if stage == "codec":
-        return _codec.load_codec(weights_dir)
-    if stage is not None:
-        raise ValueError(f"fish AR stages load their own tensors; load_model is for the reference run and the codec "
-                         f"(got {stage!r})")
     return load_reference_model(weights_dir)
 
 
@@ -101,9 +95,9 @@ def _check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
 
 FAMILY = Family(
     name=DECLARATION.name,
-    # the bucketed codec; the AR's scenario stages are built by `make_stage` from their config parameters
+    # the codec; the AR's stages are built by `make_stage` from their config parameters
     stages={"codec": CodecStage()},
-    load_model=_load_model,
+    load_reference_model=_load_reference_model,
     weights_files=(CONFIG_NAME, _weights.INDEX_NAME, _codec.CODEC_NAME),
     synthesize=_synthesize,
     validate_weights=_validate,

@@ -36,7 +36,6 @@ SLOW_PREFIX = "text_model.model."
 FAST_PREFIX = "audio_decoder."
 DTYPE = torch.bfloat16
 SAFETENSORS_DTYPE = "BF16"
-AR_FILES = (CONFIG_NAME, INDEX_NAME, tok.TOKENIZER_NAME)  # + the shards the index names
 HF_REPO = "fishaudio/s2-pro"
 # Generation draws at most this many values at once (bounds the fp32 scratch of big tables).
 _CHUNK_ELEMENTS = 1 << 24

@@ -25,7 +25,7 @@ from anetts.models.kokoro import dsp
 from anetts.models.kokoro.dsp import SourceDraws
 from anetts.models.kokoro.weights import load_kmodel
 from anetts.runtime.audio import log_mel_similarity
-from anetts.verify.metrics import compare
+from anetts.metrics import compare
 
 GATE_KEYS = ("durations_equal", "min_waveform_snr_db", "max_log_mel_corr_gap")
 
@@ -53,7 +53,7 @@ def replayed_draws(draws: SourceDraws):
 
 
 def waveform_snr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    """SNR of `test` against `ref` over their common length (`anetts.verify.metrics.compare`)."""
+    """SNR of `test` against `ref` over their common length (`anetts.metrics.compare`)."""
     n = min(np.size(ref), np.size(test))
     return compare(np.ravel(ref)[:n], np.ravel(test)[:n])["snr_db"]
 

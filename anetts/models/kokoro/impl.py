@@ -14,12 +14,9 @@ from anetts.models.kokoro.stages.generator import GeneratorStage
 from anetts.stage import Family, VoicePacks
 
 
-def _load_model(weights_dir: Path, stage: str | None = None):
-    # the shared reference run (stage None) and stages wrapping ALBERT load the whole upstream KModel;
-    # the others only the components they wrap (start-up: no transformers for the decoder)
-    components = FAMILY.stage(stage).components if stage is not None else None
-    model = _weights.load_kmodel(weights_dir) if components is None else _weights.load_components(weights_dir, components)
-    return _weights.prepare_for_trace(model)
+def _load_reference_model(weights_dir: Path):
+    # the shared reference run speaks whole sentences: the whole upstream KModel
+    return _weights.prepare_for_trace(_weights.load_kmodel(weights_dir))
 
 
 def _make_reference(model, weights_dir: Path, seconds: int) -> dict:
@@ -44,7 +41,7 @@ def _check_end_to_end(tts, weights_dir: Path, params: dict, gate: dict) -> dict:
 FAMILY = Family(
     name=DECLARATION.name,
     stages={s.name: s for s in (DurationStage(), F0NtrainStage(), DecoderPreStage(), GeneratorStage())},
-    load_model=_load_model,
+    load_reference_model=_load_reference_model,
     weights_files=(_weights.CONFIG_NAME, _weights.CHECKPOINT_NAME),
     voices=VoicePacks(file=lambda name: f"{_weights.VOICES_DIR}/{name}.pt", defaults=("af_heart",),
                       synthetic=_synthetic.SYNTHETIC_VOICES),

@@ -52,7 +52,6 @@ FADE_MS = 5.0
 # calibrated synthetic weights ~14; a lower figure leaves margin, and a chunk that overflows
 # anyway is split again after the duration stage.
 TOKENS_PER_SECOND = 13.0
-STAGE_KEYS = ("frontend", "duration", "align", "f0ntrain", "decoder_pre", "har", "generator", "post")
 
 
 class _Timings:

@@ -15,7 +15,8 @@ import torch
 
 from anetts.models.fish import codec as C
 from anetts.models.fish.family import DECLARATION
-from anetts.stage import BucketSpec, Stage, TensorSpec
+from anetts.stage import OneCallStage
+from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
 
 CODES_PER_FRAME = C.N_CODEBOOKS
 
@@ -35,7 +36,7 @@ def example_valid(frames: int) -> int:
     return max(1, frames - max(1, frames // 4))
 
 
-class CodecStage(Stage):
+class CodecStage(OneCallStage):
     name = "codec"
     description = "modded DAC decoder: 10 codes per frame -> 2048 samples at 44.1 kHz"
 
@@ -46,19 +47,24 @@ class CodecStage(Stage):
     def bucket_name(self, size: int) -> str:
         return self.decl.bucket_name(size)
 
-    def spec(self, size: int) -> BucketSpec:
+    def geometry(self, size: int) -> dict[str, int]:
+        return {"frames": size, "samples": C.SAMPLES_PER_FRAME * size, "samples_per_frame": C.SAMPLES_PER_FRAME,
+                "sample_rate": C.SAMPLE_RATE, "codes_per_frame": CODES_PER_FRAME}
+
+    def function(self, size: int) -> FunctionSpec:
         if size < 1:
             raise ValueError(f"codec: bucket of {size} frames; a bucket holds >= 1 frame")
         n = C.SAMPLES_PER_FRAME * size
-        geometry = {"frames": size, "samples": n, "samples_per_frame": C.SAMPLES_PER_FRAME,
-                    "sample_rate": C.SAMPLE_RATE, "codes_per_frame": CODES_PER_FRAME}
-        return BucketSpec(
-            self.name, self.bucket_name(size), size, geometry,
+        return FunctionSpec(
+            MAIN_FUNCTION,
             inputs=(TensorSpec("codes", (1, CODES_PER_FRAME, size), "int32",
                                "row 0 semantic code, rows 1..9 residual codes; frames after the valid ones 0"),),
             outputs=(TensorSpec("audio", (1, n), "float32",
                                 "44.1 kHz audio; samples [0, 2048·valid frames) are the valid ones"),),
         )
+
+    def load(self, weights_dir: Path, size: int):
+        return C.load_codec(weights_dir)
 
     def build(self, model) -> torch.nn.Module:
         return C.CodecDecoder(model).eval()

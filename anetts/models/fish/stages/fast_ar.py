@@ -31,8 +31,9 @@ from anetts.models.fish.loader import load_tensors
 from anetts.models.fish.sampling import DECODE, FRAME, forced_draw
 from anetts.models.fish.stages.layers import Block, CachedStack, rms_norm
 from anetts.models.fish.weights import FAST_PREFIX, layer_tensors, read_config
-from anetts.stage import FunctionSpec, Stage, StateSpec, TensorSpec
-from anetts.verify.scenario import Call, Scenario
+from anetts.scenario import Call, Scenario
+from anetts.stage import Stage
+from anetts.tensors import FunctionSpec, StateSpec, TensorSpec
 
 
 def fast_tensor_names(cfg: FishConfig) -> list[str]:
@@ -154,7 +155,7 @@ class FastARStage(Stage):
     def build(self, model: FastModel) -> nn.Module:
         return FastARModule(model, self.lowering).eval()
 
-    def scenario(self, model: FastModel, size: int, reference: dict):
+    def scenario(self, model: FastModel, weights_dir: Path, size: int, reference: dict):
         """Every frame of the reference run teacher-forced, once fused (`frame`, upstream's codes
         replayed by their noise) and once stepped (10 `decode` calls): upstream's logits of every
         pass expected, and its codes from `frame`."""

@@ -23,8 +23,9 @@ from anetts.models.fish.loader import load_slow_layers
 from anetts.models.fish.stages.layers import Block, CachedStack, rms_norm
 from anetts.models.fish.stages.lm_head import load_head, restricted_ids
 from anetts.models.fish.weights import read_config
-from anetts.stage import FunctionSpec, Stage, StateSpec, TensorSpec
-from anetts.verify.scenario import Call, Scenario
+from anetts.scenario import Call, Scenario
+from anetts.stage import Stage
+from anetts.tensors import FunctionSpec, StateSpec, TensorSpec
 
 
 @dataclass
@@ -121,7 +122,7 @@ class SlowChunkStage(Stage):
         """One module serves both functions (the token count is the input's length)."""
         return SlowChunkModule(model, self.lowering, self.rope).eval()
 
-    def scenario(self, model: ChunkModel, size: int, reference: dict):
+    def scenario(self, model: ChunkModel, weights_dir: Path, size: int, reference: dict):
         """The prompt and decode steps of the shared reference run: the residual stream entering
         layer `start` in, the one leaving layer `stop - 1` expected (for the last chunk final-normed,
         and upstream's logits at the head's rows), at every position."""

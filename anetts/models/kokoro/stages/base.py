@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from anetts.models.kokoro import weights
 from anetts.models.kokoro.dsp import KOKORO
 from anetts.models.kokoro.family import DECLARATION
-from anetts.stage import Stage
+from anetts.stage import OneCallStage
 
 EXAMPLE_VOICE = "af_heart"  # falls back to the first voice present (synthetic packs are syn_*)
 
@@ -21,7 +22,7 @@ def seconds_geometry(seconds: int) -> dict[str, int]:
     }
 
 
-class KokoroStage(Stage):
+class KokoroStage(OneCallStage):
     """A Kokoro stage bucketed either by tokens (`t128`) or by seconds of audio (`10s`)."""
 
     # the KModel components `build` wraps, when the stage can be built from them alone (without
@@ -41,4 +42,11 @@ class KokoroStage(Stage):
 
     def geometry(self, size: int) -> dict[str, int]:
         return {"tokens": size} if self.bucket_unit == "tokens" else seconds_geometry(size)
+
+    def load(self, weights_dir: Path, size: int):
+        # stages wrapping ALBERT load the whole upstream KModel; the others only the components they
+        # wrap (start-up: no transformers for the decoder)
+        model = weights.load_kmodel(weights_dir) if self.components is None else \
+            weights.load_components(weights_dir, self.components)
+        return weights.prepare_for_trace(model)
 

@@ -14,7 +14,7 @@ from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
 from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
-from anetts.stage import BucketSpec, TensorSpec
+from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
 
 
 class DecoderPreModule(nn.Module):
@@ -47,11 +47,11 @@ class DecoderPreStage(KokoroStage):
     components = ("decoder",)
     description = "Kokoro decoder encode/decode blocks (the ANE candidate)"
 
-    def spec(self, size: int) -> BucketSpec:
+    def function(self, size: int) -> FunctionSpec:
         g = self.geometry(size)
         f, f2 = g["frames"], g["f0_frames"]
-        return BucketSpec(
-            self.name, self.bucket_name(size), size, g,
+        return FunctionSpec(
+            MAIN_FUNCTION,
             inputs=(
                 TensorSpec("asr", (1, 512, f), "float32", "text features t_en aligned to frames (40 Hz)"),
                 TensorSpec("f0", (1, 1, f2), "float32", "F0 curve in Hz (80 Hz)"),

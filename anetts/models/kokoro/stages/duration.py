@@ -15,7 +15,7 @@ from anetts.models.kokoro.masked import MaskedBiLSTM
 from anetts.models.kokoro.reference import FILL, example_token_ids, voice_row
 from anetts.models.kokoro.dsp import KOKORO
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
-from anetts.stage import BucketSpec, TensorSpec
+from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
 
 
 class DurationModule(nn.Module):
@@ -72,10 +72,10 @@ class DurationStage(KokoroStage):
     name = "duration"
     description = "Kokoro duration predictor and text encoders (ALBERT + prosody LSTMs)"
 
-    def spec(self, size: int) -> BucketSpec:
+    def function(self, size: int) -> FunctionSpec:
         t = size
-        return BucketSpec(
-            self.name, self.bucket_name(size), size, self.geometry(size),
+        return FunctionSpec(
+            MAIN_FUNCTION,
             inputs=(
                 TensorSpec("input_ids", (1, t), "int32", "token ids wrapped with 0 at both ends, zero padded"),
                 TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style row voice[len(phonemes)-1]"),

@@ -15,7 +15,7 @@ from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
 from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
-from anetts.stage import BucketSpec, TensorSpec
+from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
 
 
 class F0NModule(nn.Module):
@@ -40,11 +40,11 @@ class F0NtrainStage(KokoroStage):
     components = ("predictor",)
     description = "Kokoro F0 and noise predictor"
 
-    def spec(self, size: int) -> BucketSpec:
+    def function(self, size: int) -> FunctionSpec:
         g = self.geometry(size)
         f, f2 = g["frames"], g["f0_frames"]
-        return BucketSpec(
-            self.name, self.bucket_name(size), size, g,
+        return FunctionSpec(
+            MAIN_FUNCTION,
             inputs=(
                 TensorSpec("en", (1, 640, f), "float32", "prosody features d aligned to frames (40 Hz)"),
                 TensorSpec("s", (1, KOKORO.style_dim), "float32", "prosody style"),

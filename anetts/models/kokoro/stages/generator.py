@@ -20,7 +20,7 @@ from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
 from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
-from anetts.stage import BucketSpec, TensorSpec
+from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
 
 
 class InverseSTFT(nn.Module):
@@ -111,10 +111,10 @@ class GeneratorStage(KokoroStage):
     components = ("decoder",)
     description = "Kokoro iSTFTNet generator from host-computed har"
 
-    def spec(self, size: int) -> BucketSpec:
+    def function(self, size: int) -> FunctionSpec:
         g = self.geometry(size)
-        return BucketSpec(
-            self.name, self.bucket_name(size), size, g,
+        return FunctionSpec(
+            MAIN_FUNCTION,
             inputs=(
                 TensorSpec("x_pre", (1, 512, g["f0_frames"]), "float32", "decoder features (80 Hz)"),
                 TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style; [:, :style_dim] is the decoder style"),

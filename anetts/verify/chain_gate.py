@@ -1,6 +1,6 @@
 """The compiled-chain gate (rule `chain_parity`): run the family's chain check, write its report
 only if it passed, else a `.failed.json` beside it and an error naming the failed checks
-(`write_checks_verdict`, shared with the end-to-end gate)."""
+(`anetts.gate.write_checks_verdict`, shared with the end-to-end gate)."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from anetts.artifacts import clear_outputs
 from anetts.families import get_family
+from anetts.gate import ParityError, write_checks_verdict
 from anetts.options import Gate
-from anetts.verify.parity import ParityError, write_verdict
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,3 @@ def check_chain_report(family_name: str, packages: dict, assets_dir: Path, refer
         log.warning("chain %s: passed below the %s dB target", out_json.stem, gate.get("target_snr_db"))
     return write_checks_verdict(report, out_json, f"compiled chain {out_json.stem}")
 
-
-def write_checks_verdict(report: dict, out_json: Path, what: str) -> dict:
-    """`write_verdict` for a report of named checks (`report["checks"]`): a failure names them."""
-    return write_verdict(report, out_json, lambda r: f"{what} failed {sorted(k for k, ok in r['checks'].items() if not ok)}")

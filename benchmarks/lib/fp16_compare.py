@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from anetts.compile.aimodel import _export, convert_module, run_asset
-from anetts.stage import BucketSpec, TensorSpec
-from anetts.verify.metrics import compare
+from anetts.metrics import compare
+from anetts.tensors import FunctionSpec, TensorSpec
 
 
 def _snr(ref, got) -> float:
@@ -105,7 +105,7 @@ def torch_fp16_decomposed_fp16acc(wrapper, args, conv_transpose: bool = False) -
     return tuple(o.float() for o in (out if isinstance(out, tuple) else (out,)))
 
 
-def mlpackage_fp16(wrapper, args, spec: BucketSpec, workdir: Path):
+def mlpackage_fp16(wrapper, args, spec: FunctionSpec, workdir: Path):
     """coremltools fp16 conversion of the traced wrapper (fp32 I/O), run by the MIL executor."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -118,21 +118,22 @@ def mlpackage_fp16(wrapper, args, spec: BucketSpec, workdir: Path):
                         outputs=[ct.TensorType(name=t.name, dtype=t.np_dtype) for t in spec.outputs],
                         convert_to="mlprogram", compute_precision=ct.precision.FLOAT16,
                         minimum_deployment_target=ct.target.macOS14)
-    pkg = Path(workdir) / f"{spec.stage}.mlpackage"
+    pkg = Path(workdir) / f"{spec.name}.mlpackage"
     ml.save(str(pkg))
     out = load_program(pkg).run({t.name: a.numpy() for t, a in zip(spec.inputs, args)})
     return tuple(np.asarray(out[t.name], np.float32) for t in spec.outputs)
 
 
-def aimodel_fp16(wrapper, args, spec: BucketSpec, workdir: Path):
+def aimodel_fp16(wrapper, args, spec: FunctionSpec, workdir: Path):
     inputs = {t.name: a.numpy() for t, a in zip(spec.inputs, args)}
-    asset = Path(workdir) / f"{spec.stage}.aimodel"
-    convert_module(wrapper, inputs, spec, asset, asset.with_suffix(".json"), "fp16", {"model": "probe"}, function="main")
+    asset = Path(workdir) / f"{spec.name}.aimodel"
+    convert_module(wrapper, inputs, spec, "probe", spec.name, {}, asset, asset.with_suffix(".json"), "fp16",
+                   {"model": "probe"}, function="main")
     out = run_asset(asset, inputs, "main")
     return tuple(out[t.name] for t in spec.outputs)
 
 
-def compare_executors(wrapper, args: tuple, spec: BucketSpec, reference: tuple, regions=None,
+def compare_executors(wrapper, args: tuple, spec: FunctionSpec, reference: tuple, regions=None,
                       executors=("mil", "coreai", "torch_fp16", "torch_fp16_decomposed")) -> dict:
     """Worst-output SNR (dB) and seconds per executor; `reference` are fp32 (or fp64) outputs."""
     regions = regions or {}
@@ -263,8 +264,8 @@ def op_probe(seed: int = 0, names: list[str] | None = None, executors=("mil", "c
         with torch.no_grad():
             ref = copy.deepcopy(module).double()(x.double())
             out_shape = tuple(module(x).shape)
-        spec = BucketSpec("probe", "p", 0, {}, (TensorSpec("x", tuple(x.shape), "float32", ""),),
-                          (TensorSpec("y", out_shape, "float32", ""),))
+        spec = FunctionSpec("probe", (TensorSpec("x", tuple(x.shape), "float32", ""),),
+                            (TensorSpec("y", out_shape, "float32", ""),))
         res = compare_executors(module, (x,), spec, (ref.numpy(),), executors=executors)
         row = {"op": label, **{k: v.get("worst_snr_db", v.get("error")) for k, v in res.items()}}
         emulated = _emulation(label, module, x)

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from anetts.stage import FunctionSpec, StateSpec, TensorSpec
-from anetts.verify.scenario import Call, Scenario
+from anetts.scenario import Call, Scenario
+from anetts.tensors import FunctionSpec, StateSpec, TensorSpec
 
 
 @dataclass(frozen=True)
