@@ -442,7 +442,7 @@ class WorkflowConfig:
     def listen_code(self, model: str) -> list[str]:
         runtime = sorted((_PKG / "runtime").glob("*.py"))
         return self._rel([*self.decl(model).listen_paths(), *runtime, _PKG / "loader.py", _PKG / "compile" / "manifest.py",
-                          _PKG / "verify" / "end_to_end.py"])
+                          _PKG / "verify" / "end_to_end.py", _PKG / "gate.py"])  # gate.py: the verdict writer
 
     def reference_params(self, model: str) -> dict:
         """Parameters of the shared reference run beyond its bucket size (`FamilyDecl.reference_params`)."""

@@ -17,7 +17,7 @@ from anetts.listen.build import write_listen_verdict
 from anetts.listen.metrics import edits, tokens
 from anetts.report.collect import read_listen
 from anetts.report.render import _listen_section
-from anetts.verify.parity import ParityError
+from anetts.gate import ParityError
 
 ROOT = Path(__file__).resolve().parents[1]
 ONNX = ROOT / ".cache" / "kokoro-onnx"

@@ -14,7 +14,7 @@ from pathlib import Path
 from anetts.artifacts import clear_outputs
 from anetts.families import declaration
 from anetts.runtime.manifest import MANIFEST_NAME
-from anetts.verify.parity import write_verdict
+from anetts.gate import write_verdict
 
 
 def judge_runtime(runtime, weights_dir: Path, settings: dict, clips_dir: Path) -> dict:
