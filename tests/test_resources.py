@@ -168,16 +168,21 @@ def dry_run_jobs(stdout: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def workflow_copy(module_tmp, tiny_weights) -> Path:
-    workdir = make_workflow_copy(module_tmp, small_config(tiny_weights, duration=[32, 64]))
+    cfg = small_config(tiny_weights, duration=[32, 64])
+    onnx = cfg["models"]["kokoro-82m-onnx"]["weights"]  # real weights, for rule listen (`make onnx-weights`)
+    onnx["model"], onnx["voices_path"] = str(REPO / onnx["model"]), str(REPO / onnx["voices_path"])
+    workdir = make_workflow_copy(module_tmp, cfg)
     shutil.copytree(REPO / "profiles", workdir / "profiles")
     return workdir
 
 
 def test_slurm_dry_run_lists_every_job_with_its_declared_resources(workflow_copy):
-    # all + the optional targets + a Fish model (its scenario rules) and a Fish variant (compressed
-    # scenario stages, the variant's chain): every rule that a scheduler packs
+    # all + the optional targets + a Fish model (its scenario rules), a Fish variant (compressed
+    # scenario stages, the variant's chain) and a real-weights Kokoro's listener gate: every rule that
+    # a scheduler packs
     out = run_snakemake(workflow_copy, "-n", "--forceall", "all", "aimodels", "variants", "artifacts/fish-tiny/manifest.json",
-                        "artifacts/fish-tiny/variants/fish-int8/manifest.json", "--profile", "profiles/slurm",
+                        "artifacts/fish-tiny/variants/fish-int8/manifest.json", "artifacts/kokoro-82m-onnx/listen.json",
+                        "--profile", "profiles/slurm",
                         python=cluster_python()).stdout
     jobs = dry_run_jobs(out)
     wf = WorkflowConfig(yaml.safe_load((workflow_copy / "config.yaml").read_text()), root=workflow_copy)
