@@ -205,6 +205,15 @@ def weight_file_bytes(package: Path) -> int:
     return sum(p.stat().st_size for p in (Path(package) / "Data").rglob("weights/*") if p.is_file())
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of one file's bytes (what registries, the Hub and pins publish)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def tree_sha256(path: Path) -> str:
     """sha256 over a file, or over a directory's relative paths and file contents (sorted)."""
     path = Path(path)

