@@ -5,6 +5,7 @@ import argparse
 import importlib
 import logging
 import sys
+import time
 from pathlib import Path
 
 from anetts.artifacts import atomic_file
@@ -12,10 +13,12 @@ from anetts.loader import DEFAULT_MODEL_DIR, HF_SCHEME
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
 from anetts.serve import config as SV
 
-# speak options only one family reads (default None: the runtime's default applies); given to a
-# model of the other family they are refused by name instead of silently ignored
-KOKORO_ONLY = ("voice", "speed", "lang")
-FISH_ONLY = ("reference_codes", "reference_audio", "reference_text", "temperature", "top_p", "top_k", "max_frames")
+# speak options that go to the runtime's `stream` as they are; each runtime lists those it takes
+# (`options`), and one given to a model that takes no such option is refused by name, not dropped
+STREAM_OPTIONS = ("phonemes", "lang", "temperature", "top_p", "top_k", "max_frames")
+# speak options a capability of the runtime (anetts.runtime.speech.Capabilities) must allow
+CAPABILITY_OPTIONS = {"speed": "speed", "timestamps": "timestamps", "reference_audio": "cloning",
+                      "reference_codes": "cloning", "reference_text": "cloning"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,8 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    s = sub.add_parser("speak", help="synthesize text (or phonemes) to a 24 kHz wav",
-                       description="Synthesize text to a 24 kHz mono wav with a built model.")
+    s = sub.add_parser("speak", help="synthesize text (or phonemes) to a wav at the model's rate",
+                       description="Synthesize text to a mono wav at the model's rate (Kokoro 24 kHz, Fish 44.1 kHz) "
+                                   "with a built model; options a model does not take are refused by name.")
     s.add_argument("text", nargs="?", help="text to speak; '-' reads stdin (or pass --phonemes)")
     s.add_argument("-o", "--output", required=True, type=Path, help="output .wav path")
     s.add_argument("--voice", default=None, help="voice name (default: af_heart if built, else the first voice)")
@@ -162,109 +166,160 @@ def _given(args, names) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-def _refuse_options_of_other_family(args, names, family) -> bool:
-    given = [f"--{n.replace('_', '-')}" for n in _given(args, names)]
-    if given:
-        print(f"anetts speak: error: {', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to "
-              f"this {family} model ({'Fish' if family == 'kokoro' else 'Kokoro'} options)", file=sys.stderr)
-    return bool(given)
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def _speak(args) -> int:
+def _foreign_options(args, tts) -> list[str]:
+    """The options given that this model does not take (its ``options``, its capabilities)."""
+    foreign = [n for n in _given(args, STREAM_OPTIONS) if n not in tts.options]
+    foreign += [n for n, cap in CAPABILITY_OPTIONS.items()
+                if getattr(args, n) is not None and not getattr(tts.capabilities, cap)]
+    return [_flag(n) for n in sorted(set(foreign), key=list(vars(args)).index)]
+
+
+def _cloned_voice(args, tts):
+    """A voice cloned from --reference-audio or --reference-codes (with --reference-text), or None."""
     import numpy as np
     import soundfile as sf
 
+    if args.reference_audio is None and args.reference_codes is None:
+        if args.reference_text is not None:
+            raise _Usage("--reference-text needs --reference-audio or --reference-codes")
+        return None
+    if args.reference_audio is not None and args.reference_codes is not None:
+        raise _Usage("give --reference-audio or --reference-codes, not both")
+    if args.voice is not None:
+        raise _Usage("give --voice or a reference clip, not both")
+    if args.reference_codes is not None:
+        try:
+            return tts.make_voice(args.reference_text or "", codes=np.load(args.reference_codes, allow_pickle=False))
+        except (OSError, ValueError) as e:
+            if getattr(e, "field", None):
+                raise
+            raise _Failed(f"cannot read --reference-codes {args.reference_codes}: {e}") from None
+    try:
+        clip, rate = sf.read(str(args.reference_audio), dtype="float32", always_2d=False)
+    except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
+        raise _Failed(f"cannot read --reference-audio {args.reference_audio}: {e}") from None
+    return tts.make_voice(args.reference_text or "", audio=clip, rate=rate)
+
+
+class _Usage(Exception):
+    """A command-line mistake: exit 2."""
+
+
+class _Failed(Exception):
+    """A failure that is not the runtime's: exit 1."""
+
+
+def _speak(args) -> int:
+    """Text -> the model's chunks (runtime protocol, anetts.runtime.speech) -> a wav, or the codes as .npy
+    where the build makes codes only; word timestamps where the model gives them."""
     from anetts.loader import load
-    from anetts.runtime import TTSError
+    from anetts.runtime import InputError, TTSError
+    from anetts.runtime.captions import CAPTION_SUFFIXES
+
+    def error(message: str, rc: int) -> int:
+        print(f"anetts speak: error: {message}", file=sys.stderr)
+        return rc
 
     text = args.text
     if text == "-":
         text = sys.stdin.read()
     if (text is None) == (args.phonemes is None):
-        print("anetts speak: error: give either TEXT or --phonemes (exactly one)", file=sys.stderr)
-        return 2
-    if args.timestamps is not None or args.lang is not None:
-        from anetts.models.kokoro.frontend import lang_code
-        from anetts.models.kokoro.timestamps import CAPTION_SUFFIXES
-
-        if args.timestamps is not None and args.timestamps.suffix.lower() not in CAPTION_SUFFIXES:
-            print(f"anetts speak: error: --timestamps must end in one of {', '.join(CAPTION_SUFFIXES)}, got "
-                  f"{args.timestamps}", file=sys.stderr)
-            return 2
-        if args.lang is not None:
-            try:
-                lang_code(args.lang)
-            except TTSError as e:
-                print(f"anetts speak: error: --lang: {e}", file=sys.stderr)
-                return 2
+        return error("give either TEXT or --phonemes (exactly one)", 2)
+    if args.timestamps is not None and args.timestamps.suffix.lower() not in CAPTION_SUFFIXES:
+        return error(f"--timestamps must end in one of {', '.join(CAPTION_SUFFIXES)}, got {args.timestamps}", 2)
     if args.output.suffix.lower() not in (".wav", ".npy"):
-        print(f"anetts speak: error: output must be a .wav file (or .npy for Fish codes), got {args.output}",
-              file=sys.stderr)
-        return 2
+        return error(f"output must be a .wav file (or .npy for a model's codes), got {args.output}", 2)
+    given = _given(args, STREAM_OPTIONS)
     try:
         model = args.model if args.model is not None else args.model_dir
         if isinstance(model, str) and not model.startswith(HF_SCHEME):
             model = Path(model)
         tts = load(model, backend=args.backend, threads=args.threads, compute_units=args.compute_units,
                    deployment_target=args.deployment_target)
-        if getattr(tts, "family", None) == "fish":
-            if args.timestamps is not None:
-                print("anetts speak: error: --timestamps is for Kokoro models (Fish has no word alignment)", file=sys.stderr)
-                return 2
-            return 2 if _refuse_options_of_other_family(args, KOKORO_ONLY, "fish") else _speak_fish(args, tts, text)
-        if _refuse_options_of_other_family(args, FISH_ONLY, "kokoro"):
-            return 2
-        if args.output.suffix.lower() != ".wav":
-            print(f"anetts speak: error: output must be a .wav file, got {args.output}", file=sys.stderr)
-            return 2
-        chunks = tts.stream(text, phonemes=args.phonemes, seed=args.seed, **_given(args, KOKORO_ONLY))
-        parts, timings, bar, words = [], {}, None, []
-        for chunk in chunks:
-            if bar is None and chunk.total > 1 and not args.no_progress:
-                from tqdm import tqdm
+        foreign = _foreign_options(args, tts)
+        if foreign:
+            return error(f"{', '.join(foreign)} {'does' if len(foreign) == 1 else 'do'} not apply to this "
+                         f"{tts.family} model", 2)
+        voice = _cloned_voice(args, tts) or args.voice
+        speed = {} if args.speed is None else {"speed": args.speed}
+        t0 = time.perf_counter()
+        chunks = tts.stream(text, voice, seed=args.seed, **speed, **given)
+        audio, codes, words, timings, bar = [], [], [], {}, None
+        if not args.no_progress:
+            from tqdm import tqdm
 
-                bar = tqdm(total=chunk.total, unit="chunk", desc="speak", file=sys.stderr)
+            bar = tqdm(total=chunks.units, unit=chunks.unit, desc="speak", file=sys.stderr)
+        for chunk in chunks:
             if bar is not None:
-                bar.total = chunk.total
-                bar.update(1)
-            parts.append(chunk.audio)
+                bar.update(chunk.units)
+            if chunk.audio is not None:
+                audio.append(chunk.audio)
+            if chunk.codes is not None:
+                codes.append(chunk.codes)
             words += chunk.words
-            for k, v in chunk.timings.items():
+            for k, v in (chunk.timings or {}).items():
                 timings[k] = timings.get(k, 0.0) + v
         if bar is not None:
             bar.close()
+        total = time.perf_counter() - t0
+    except _Usage as e:
+        return error(str(e), 2)
+    except _Failed as e:
+        return error(str(e), 1)
+    except InputError as e:  # about an option given on the command line: a usage error naming it
+        name = getattr(e, "field", None)
+        if name in given or (name == "speed" and args.speed is not None):
+            return error(f"{_flag(name)}: {e}", 2)
+        return error(str(e), 1)
     except TTSError as e:
-        print(f"anetts speak: error: {e}", file=sys.stderr)
-        return 1
-    audio = np.concatenate(parts)
-    if audio.size == 0:  # cannot happen (every chunk has >= 1 frame), but never write a silent empty wav
+        return error(str(e), 1)
+    return _write_speech(args, tts, audio, codes, words, timings, total)
+
+
+def _write_speech(args, tts, audio: list, codes: list, words: list, timings: dict, total: float) -> int:
+    """The wav (or the codes, where the build makes no audio) and the timestamps file, each written whole."""
+    import numpy as np
+    import soundfile as sf
+
+    from anetts.runtime.captions import format_timestamps
+
+    wav = tts.capabilities.audio and args.output.suffix.lower() == ".wav"
+    out = args.output if wav else args.output.with_suffix(".npy")
+    if not wav and not codes:
+        print(f"anetts speak: error: this {tts.family} model makes audio, not codes: write a .wav", file=sys.stderr)
+        return 2
+    data = np.concatenate(audio) if wav else np.concatenate(codes)
+    if wav and data.size == 0:  # never write a silent empty wav
         print("anetts speak: error: synthesis produced no audio", file=sys.stderr)
         return 1
     try:
-        with atomic_file(args.output) as tmp:  # a full disk leaves no short wav, and an old file as it was
-            sf.write(str(tmp), audio, tts.sample_rate, subtype="FLOAT")
-    except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
-        print(f"anetts speak: error: cannot write {args.output}: {e}", file=sys.stderr)
-        return 1
-    if args.timestamps is not None:
-        from anetts.models.kokoro.timestamps import format_timestamps
-
-        try:
+        with atomic_file(out) as tmp:  # a full disk leaves no short file, and an old file as it was
+            if wav:
+                sf.write(str(tmp), data, tts.sample_rate, subtype="FLOAT")
+            else:
+                np.save(tmp, data)
+        if args.timestamps is not None:
             with atomic_file(args.timestamps) as tmp:
                 tmp.write_text(format_timestamps(words, args.timestamps.suffix), encoding="utf-8")
-        except OSError as e:
-            print(f"anetts speak: error: cannot write {args.timestamps}: {e}", file=sys.stderr)
-            return 1
-        if not words:
-            print(f"anetts speak: note: no word timestamps in {args.timestamps} (phonemes given, or a language whose "
-                  "frontend has no words)", file=sys.stderr)
-    seconds = audio.shape[0] / tts.sample_rate
-    total = timings.get("total", 0.0)
-    stages = ", ".join(f"{k} {v:.2f}s" for k, v in timings.items() if k != "total")
-    print(f"wrote {args.output}: {seconds:.2f} s of audio at {tts.sample_rate} Hz in {total:.2f} s "
-          f"(RTF {total / seconds:.3f}, backend {tts.backend.name}, {len(parts)} chunk(s))")
+    except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
+        print(f"anetts speak: error: cannot write {out}: {e}", file=sys.stderr)
+        return 1
+    if args.timestamps is not None and not words:
+        print(f"anetts speak: note: no word timestamps in {args.timestamps} (phonemes given, or a language whose "
+              "frontend has no words)", file=sys.stderr)
+    how = f"in {total:.2f} s ({len(audio) or len(codes)} chunk(s), backend {tts.backend.name})"
+    if wav:
+        seconds = data.shape[0] / tts.sample_rate
+        print(f"wrote {out}: {seconds:.2f} s of audio at {tts.sample_rate} Hz {how}, RTF {total / seconds:.3f}")
+    else:
+        why = "" if tts.capabilities.audio else "this build has no codec stage, so no audio; "
+        print(f"wrote {out}: codes {data.shape} {data.dtype} ({why}{how})")
     if args.verbose:
-        print(f"timings: {stages}")
+        print("timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items() if k != "total"))
     return 0
 
 
@@ -300,83 +355,6 @@ def _serve(args) -> int:
         run(config, port=args.port, log_level="info" if args.verbose else "warning")
     except TTSError as e:
         print(f"anetts serve: error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _speak_fish(args, tts, text) -> int:
-    """Fish: text -> codes -> audio; a wav when the build has a codec stage, else the codes as .npy."""
-    import numpy as np
-    import soundfile as sf
-
-    from anetts.runtime import InputError, TTSError
-
-    if text is None:
-        print("anetts speak: error: Fish speaks text; --phonemes is Kokoro's", file=sys.stderr)
-        return 2
-    ref = None
-    if args.reference_codes is not None:
-        try:
-            ref = np.load(args.reference_codes, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            print(f"anetts speak: error: cannot read --reference-codes {args.reference_codes}: {e}", file=sys.stderr)
-            return 1
-    if args.reference_audio is not None:
-        if ref is not None:
-            print("anetts speak: error: give --reference-audio or --reference-codes, not both", file=sys.stderr)
-            return 2
-        try:
-            clip, rate = sf.read(str(args.reference_audio), dtype="float32", always_2d=False)
-        except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
-            print(f"anetts speak: error: cannot read --reference-audio {args.reference_audio}: {e}", file=sys.stderr)
-            return 1
-        try:
-            ref = tts.encode_reference(clip, rate)
-        except TTSError as e:
-            print(f"anetts speak: error: --reference-audio {args.reference_audio}: {e}", file=sys.stderr)
-            return 1
-    try:
-        blocks = tts.stream(text, reference_text=args.reference_text, reference_codes=ref, seed=args.seed,
-                            max_frames=args.max_frames, **_given(args, ("temperature", "top_p", "top_k")))
-        codes, audio, bar, stops, first, total = [], [], None, [], None, 0.0
-        for b in blocks:
-            if not args.no_progress and bar is None:
-                from tqdm import tqdm
-
-                bar = tqdm(unit="frame", desc="speak", file=sys.stderr)
-            first = b.elapsed if first is None else first
-            codes.append(b.codes)
-            if b.audio is not None:
-                audio.append(b.audio)
-            if bar is not None:
-                bar.update(len(b.codes))
-                bar.set_postfix_str(f"{b.frames_total * 2048 / tts.sample_rate:.2f} s audio, chunk {b.chunk + 1}")
-            if b.is_chunk_end:
-                stops.append(b.stop)
-            total = b.elapsed
-        if bar is not None:
-            bar.close()
-    except (TTSError, InputError) as e:
-        print(f"anetts speak: error: {e}", file=sys.stderr)
-        return 1
-    codes = np.concatenate(codes).reshape(-1, 10) if codes else np.zeros((0, 10), np.int64)
-    seconds = codes.shape[0] * 2048 / tts.sample_rate
-    how = (f"{codes.shape[0]} frames in {total:.2f} s ({len(stops)} chunk(s), stops {stops}, "
-           f"first block at {first or 0:.2f} s, backend {tts.backend.name})")
-    try:
-        if tts.has_codec and args.output.suffix.lower() == ".wav":
-            with atomic_file(args.output) as tmp:
-                sf.write(str(tmp), np.concatenate(audio), tts.sample_rate, subtype="FLOAT")
-            print(f"wrote {args.output}: {seconds:.2f} s of audio at {tts.sample_rate} Hz, {how}")
-        else:
-            out = args.output.with_suffix(".npy")
-            with atomic_file(out) as tmp:
-                np.save(tmp, codes)
-            why = "this build has no codec stage, so no audio; " if not tts.has_codec else ""
-            print(f"wrote {out}: codes ({codes.shape[0]}, 10) int64 = {seconds:.2f} s of speech once decoded "
-                  f"({why}{how})")
-    except (OSError, RuntimeError) as e:
-        print(f"anetts speak: error: cannot write {args.output}: {e}", file=sys.stderr)
         return 1
     return 0
 

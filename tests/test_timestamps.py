@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from anetts.models.kokoro import frontend as F
-from anetts.models.kokoro.timestamps import Word, WordTimestamp, format_timestamps, word_timestamps
+from anetts.models.kokoro.timestamps import Word, word_timestamps
+from anetts.runtime.captions import WordTimestamp, format_timestamps
 from upstream_frontend import ENGLISH, LONG_ENGLISH, pipeline
 
 
@@ -76,7 +77,7 @@ def test_caption_files():
 
 
 def test_caption_text_is_escaped_and_punctuation_left_out():
-    from anetts.models.kokoro.timestamps import spoken
+    from anetts.runtime.captions import spoken
 
     words = [WordTimestamp("x-->y", 0.0, 0.5), WordTimestamp("<b>&", 0.5, 1.0), WordTimestamp("—", 1.0, 1.1),
              WordTimestamp("a\n\nb", 1.1, 1.5)]

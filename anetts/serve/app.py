@@ -25,7 +25,7 @@ from anetts.serve.encode import FormatError, StreamEncoder, check_format, encode
 from anetts.serve.errors import APIError, error_body, install
 from anetts.serve.config import MAX_NAME_CHARS, MAX_TRANSCRIPT_CHARS, ServeConfig
 from anetts.serve.pool import Busy, ClientGone, ModelPool, Slot, TimedOut, TooLong
-from anetts.serve.speech import OPENAI_MODELS, Speaker, SpeechRequest, speaker_for
+from anetts.serve.speech import OPENAI_MODELS, Speaker, SpeechRequest
 from anetts.serve.upload import ClipError, ClipReader, read_clip
 
 log = logging.getLogger("anetts.serve")
@@ -75,7 +75,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                      for _ in range(config.workers)]
     first = instances[0]
     model_id = first.artifacts.manifest.get("model") or Path(config.model_dir).name
-    speaker: Speaker = speaker_for(model_id, first, max_frames=config.max_frames)
+    speaker = Speaker(model_id, first, options={"max_frames": config.max_frames})
     pool = ModelPool(instances, config.queue, config.timeout)
     for inst in instances:  # the G2P and the smallest buckets, timed: the pool's first speed estimate
         pool.calibrate(speaker.warmup(inst))
@@ -145,8 +145,9 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
 
     @app.get("/v1/audio/voices")
     async def voices():
+        caps = speaker.capabilities
         return {"voices": speaker.voices(), "default": speaker.default_voice(), "family": speaker.family,
-                "blending": speaker.family == "kokoro", "cloning": speaker.clones, "timestamps": speaker.timestamps}
+                "blending": caps.blending, "cloning": caps.cloning, "timestamps": caps.timestamps, "speed": caps.speed}
 
     @app.post("/v1/audio/voices")
     async def register_voice(request: Request, audio_sample: UploadFile = File(...),
@@ -154,9 +155,9 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                              text: str = Form(..., max_length=MAX_TRANSCRIPT_CHARS),
                              consent: str | None = Form(None, max_length=MAX_TRANSCRIPT_CHARS),
                              kind: str = Form("audio_sample", alias="type", max_length=MAX_NAME_CHARS)):
-        if not speaker.clones:
-            raise APIError(400, f"voice cloning needs a Fish model; this server speaks {model_id} ({speaker.family}), "
-                                "whose voices are the built ones (GET /v1/audio/voices)", param="audio_sample")
+        if not speaker.capabilities.cloning:
+            raise APIError(400, f"{model_id} ({speaker.family}) does not clone voices; its voices are the built ones "
+                                "(GET /v1/audio/voices)", param="audio_sample")
         if kind != "audio_sample":
             raise APIError(400, f"type {kind[:40]!r}: only 'audio_sample' voices can be made here", param="type")
         if not text.strip():
@@ -179,7 +180,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
         finally:
             slot.release()
         return {"id": voice.id, "object": "audio.voice", "name": voice.name, "created_at": voice.created_at,
-                "type": "audio_sample", "frames": int(voice.codes.shape[1])}
+                "type": "audio_sample", "frames": int(voice.reference.codes.shape[1])}
 
     def check_request(req: SpeechRequest, streaming: bool):
         if req.model not in (model_id, *OPENAI_MODELS):
@@ -219,9 +220,8 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
     @app.post("/v1/audio/captioned_speech")
     async def captioned_speech(req: SpeechRequest, request: Request):
         """Kokoro-FastAPI's captioned speech: the whole audio (base64) and its words' times."""
-        if not speaker.timestamps:
-            raise APIError(400, f"{model_id} ({speaker.family}) gives no word timestamps; Kokoro models do",
-                           param="model")
+        if not speaker.capabilities.timestamps:
+            raise APIError(400, f"{model_id} ({speaker.family}) gives no word timestamps", param="model")
         if req.stream_format is not None:
             raise APIError(400, "captioned speech is one JSON answer; for words while streaming, use "
                                 "/v1/audio/speech with stream_format 'sse' (its deltas carry them)", param="stream_format")

@@ -1,9 +1,10 @@
-"""The speech request (OpenAI's fields) and what each model family makes of it.
+"""The speech request (OpenAI's fields) and what a model makes of it.
 
-A :class:`Speaker` turns a request into audio pieces on one model instance (the pool gives it one):
-Kokoro through ``KokoroRuntime.stream`` (one chunk per sentence when streaming, upstream's packed
-chunks otherwise, so a whole response equals the CLI's audio), Fish through ``FishRuntime.stream``
-(blocks of frames; voices are reference clips registered through the API, encoded once).
+A :class:`Speaker` turns a request into audio pieces on one model instance (the pool gives it one),
+through the runtime protocol every family keeps (:mod:`anetts.runtime.speech`): ``stream`` with one
+chunk per sentence when streaming and the runtime's own chunks otherwise (so a whole response equals
+the CLI's audio). What a model can do (blends, cloned voices, word times, speed) its ``capabilities``
+say; cloned voices are registered through the API, encoded once, and kept here.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from anetts.models.kokoro.timestamps import spoken
-from anetts.runtime.errors import InputError
+from anetts.runtime.captions import spoken
+from anetts.runtime.errors import InputError, TTSError
 from anetts.runtime.planned import Planned
+from anetts.runtime.speech import Reference
 from anetts.serve.config import MAX_INSTRUCTIONS_CHARS, MAX_NAME_CHARS, MAX_VOICE_CHARS
 from anetts.serve.errors import APIError
 from anetts.serve.upload import ClipLimit
@@ -66,46 +68,12 @@ class Piece:
     words: list[dict] = field(default_factory=list)  # {word, start_time, end_time}, s from the audio's start
 
 
-class Speaker:
-    family: str
-    sample_rate: int
-    clones = False
-    timestamps = False
-
-    def __init__(self, model_id: str, first_instance):
-        self.model_id = model_id
-        self.sample_rate = first_instance.sample_rate
-
-    def warmup(self, model) -> list[tuple[int, float]]:
-        """Load what a first request needs and time short runs: [(planned units, seconds)]."""
-        raise NotImplementedError
-
-    def voices(self) -> list[str]:
-        raise NotImplementedError
-
-    def default_voice(self) -> str:
-        raise NotImplementedError
-
-    def check(self, model, req: SpeechRequest) -> None:
-        """Raise APIError (400, naming the field) for what this family cannot speak; cheap, no synthesis."""
-
-    def start(self, model, req: SpeechRequest, streaming: bool) -> Planned[Piece]:
-        """Plan ``req`` on ``model`` (input errors: APIError 400) and return its pieces, still to make,
-        with the planned work (``units``), which the pool checks against the time left."""
-        raise NotImplementedError
-
-
-def _pieces(chunks: Planned, piece) -> Planned[Piece]:
-    """``chunks`` as Pieces (``piece(chunk)``); an InputError while making them is a 400 about the input."""
-
-    def gen():
-        try:
-            for c in chunks:
-                yield piece(c)
-        except InputError as e:
-            raise _bad("input", e) from None
-
-    return Planned(gen(), chunks.units, chunks.unit)
+@dataclass
+class ClonedVoice:
+    id: str
+    name: str
+    reference: Reference
+    created_at: int
 
 
 # the runtime's names of its inputs (InputError.field) -> this API's
@@ -119,111 +87,52 @@ def _bad(param: str, e: InputError) -> APIError:
     return APIError(400, str(e), param=_PARAMS.get(field, field) or param)
 
 
-class KokoroSpeaker(Speaker):
-    family = "kokoro"
-    timestamps = True  # where the language has words (the frontend's); empty for the others
+class Speaker:
+    """One build's speech: its voices (the built ones, and those cloned here when it clones), the
+    checks of a request, and its plan as pieces. ``options``: the runtime options the server sets for
+    every request (``--max-frames``); one the runtime does not take is refused at start, by name."""
 
-    def __init__(self, model_id, first_instance):
-        super().__init__(model_id, first_instance)
-        self._voices = list(first_instance.voices)
-        self._default = first_instance.default_voice
-
-    def voices(self):
-        return list(self._voices)
-
-    def default_voice(self):
-        return self._default
-
-    def warmup(self, model):
-        from anetts.models.kokoro.frontend import SAMPLE_TEXTS, frontend
-
-        model.warmup()
-        text = SAMPLE_TEXTS[frontend(None, self._default, model.voice_languages).code]
-        runs = []
-        for t in (text, " ".join([text] * 3)):  # two lengths: the estimate is a line
-            t0 = time.perf_counter()
-            chunks = model.stream(t, voice=self._default)
-            for _ in chunks:
-                pass
-            runs.append((chunks.units, time.perf_counter() - t0))
-        return runs
-
-    def check(self, model, req):
-        try:
-            model.voice_pack(req.voice_id)  # names and blends: unknown names / bad weights are named
-        except InputError as e:
-            raise _bad("voice", e) from None
-
-    def start(self, model, req, streaming):
-        try:  # input errors come from planning (here) or from a chunk too long to split (while making it)
-            chunks = model.stream(req.input, voice=req.voice_id, speed=req.speed, seed=req.seed, sentences=streaming)
-        except InputError as e:
-            raise _bad("input", e) from None
-        return _pieces(chunks, lambda c: Piece(c.audio, len(c.input_ids), c.frames,
-                                               [asdict(w) for w in spoken(c.words)]))
-
-
-@dataclass
-class ClonedVoice:
-    id: str
-    name: str
-    text: str
-    codes: np.ndarray  # (10, frames) of the reference clip
-    created_at: int
-
-
-class FishSpeaker(Speaker):
-    """Fish S2: the voice ``default`` (no reference) or one registered with :meth:`register`."""
-
-    family = "fish"
-    clones = True
-    DEFAULT = "default"
-
-    def __init__(self, model_id, first_instance, max_frames: int | None = None):
-        super().__init__(model_id, first_instance)
-        if not first_instance.has_codec:
-            raise APIError(500, f"the Fish build {model_id} has no codec stage, so it makes codes, not audio; "
-                                "build it with its codec stage to serve it", type="server_error")
-        self.max_frames = max_frames
-        self._registered: dict[str, ClonedVoice] = {}
+    def __init__(self, model_id: str, first_instance, *, options: dict | None = None):
+        rt = first_instance
+        self.model_id, self.family, self.sample_rate = model_id, rt.family, rt.sample_rate
+        self.capabilities = rt.capabilities
+        self.options = {k: v for k, v in (options or {}).items() if v is not None}
+        foreign = [k for k in self.options if k not in rt.options]
+        if foreign:
+            raise TTSError(f"{', '.join('--' + k.replace('_', '-') for k in foreign)}: not an option of {model_id} "
+                           f"({rt.family}); it takes {', '.join(rt.options) or 'none'}")
+        if not self.capabilities.audio:
+            raise TTSError(f"the {rt.family} build {model_id} makes codes, not audio (no codec stage); build it "
+                           "with its codec stage to serve it")
+        self._built, self._default = list(rt.voices), rt.default_voice
+        self._cloned: dict[str, ClonedVoice] = {}
         self._lock = threading.Lock()
 
-    def voices(self):
+    # ------------------------------------------------------------------ voices
+
+    def voices(self) -> list[str]:
         with self._lock:
-            return [self.DEFAULT, *self._registered]
+            return [*self._built, *self._cloned]
 
-    def default_voice(self):
-        return self.DEFAULT
+    def default_voice(self) -> str:
+        return self._default
 
-    def voice(self, voice_id: str) -> ClonedVoice | None:
-        if voice_id == self.DEFAULT:
-            return None
+    def voice(self, model, voice_id: str):
+        """What the runtime takes for ``voice_id``: a cloned voice's reference (by id or name), else the
+        name itself, checked by the runtime (built names, blends); unknown ones are a 400 naming them."""
         with self._lock:
-            found = self._registered.get(voice_id) or next(
-                (v for v in self._registered.values() if v.name == voice_id), None)
-        if found is None:
-            raise APIError(400, f"unknown voice {voice_id!r}; available: {self.voices()} (register a reference "
-                                "clip with POST /v1/audio/voices)", param="voice", code="voice_not_found")
-        return found
-
-    WARMUP_TEXT = "Hello there. This is a warm-up."
-
-    def warmup(self, model):
-        model.warmup()
-        t0 = time.perf_counter()
-        chunks = model.stream(self.WARMUP_TEXT, seed=0, max_frames=self.max_frames)
-        for _ in chunks:
-            pass
-        return [(chunks.units, time.perf_counter() - t0)]
+            found = self._cloned.get(voice_id) or next((v for v in self._cloned.values() if v.name == voice_id), None)
+        if found is not None:
+            return found.reference
+        try:
+            model.check_voice_name(voice_id)
+        except InputError as e:
+            hint = " (register a reference clip with POST /v1/audio/voices)" if self.capabilities.cloning else ""
+            raise APIError(400, f"{e}{hint}", param=_PARAMS.get(e.field, e.field) or "voice") from None
+        return voice_id
 
     def reference_limit(self, model) -> ClipLimit:
         return ClipLimit(model.sample_rate, model.max_reference_samples)
-
-    def check(self, model, req):
-        self.voice(req.voice_id)
-        if req.speed != 1.0:
-            raise APIError(400, f"speed {req.speed:g}: Fish S2 has no speaking-rate control; only 1.0",
-                           param="speed")
 
     def check_transcript(self, model, text: str) -> None:
         """The transcript alone within the prompt budget: checked before the clip is decoded."""
@@ -233,32 +142,51 @@ class FishSpeaker(Speaker):
             raise _bad("text", e) from None
 
     def register(self, model, name: str, text: str, clip: np.ndarray, rate: int) -> ClonedVoice:
-        """Encode a reference clip once (upstream's codec encoder) and keep its codes under a new id, once
-        the transcript and the codes together leave the prompt room for speech."""
+        """Clone a voice from a reference clip (encoded once) and keep it under a new id."""
         try:
-            codes = model.encode_reference(clip, rate)
-            text, codes = model.check_voice(text, codes)
+            reference = model.make_voice(text, audio=clip, rate=rate)
         except InputError as e:
             raise _bad("audio_sample", e) from None
-        voice = ClonedVoice(f"voice_{secrets.token_hex(8)}", name, text, codes, int(time.time()))
+        voice = ClonedVoice(f"voice_{secrets.token_hex(8)}", name, reference, int(time.time()))
         with self._lock:
-            self._registered[voice.id] = voice
+            self._cloned[voice.id] = voice
         return voice
 
-    def start(self, model, req, streaming):
-        voice = self.voice(req.voice_id)
-        ref_text, ref_codes = (voice.text, voice.codes) if voice else (None, None)
-        try:
-            blocks = model.stream(req.input, reference_text=ref_text, reference_codes=ref_codes, seed=req.seed,
-                                  max_frames=self.max_frames)
+    # ------------------------------------------------------------------ speech
+
+    def warmup(self, model) -> list[tuple[int, float]]:
+        """Load what a first request needs and time the runtime's warm-up texts: [(planned units, seconds)]."""
+        model.warmup()
+        runs = []
+        for t in model.warmup_texts:
+            t0 = time.perf_counter()
+            chunks = model.stream(t, **self.options)
+            for _ in chunks:
+                pass
+            runs.append((chunks.units, time.perf_counter() - t0))
+        return runs
+
+    def check(self, model, req: SpeechRequest) -> None:
+        """Raise APIError (400, naming the field) for what this model cannot speak; cheap, no synthesis."""
+        self.voice(model, req.voice_id)
+        if req.speed != 1.0 and not self.capabilities.speed:
+            raise APIError(400, f"speed {req.speed:g}: {self.model_id} ({self.family}) has no speaking-rate "
+                                "control; only 1.0", param="speed")
+
+    def start(self, model, req: SpeechRequest, streaming: bool) -> Planned[Piece]:
+        """Plan ``req`` on ``model`` (input errors: APIError 400) and return its pieces, still to make,
+        with the planned work (``units``), which the pool checks against the time left."""
+        voice = self.voice(model, req.voice_id)
+        try:  # input errors come from planning (here) or from a chunk too long to split (while making it)
+            chunks = model.stream(req.input, voice, req.speed, seed=req.seed, sentences=streaming, **self.options)
         except InputError as e:
             raise _bad("input", e) from None
-        tokens = len(model.tokenizer.encode(req.input, add_special_tokens=False).ids)
-        return _pieces(blocks, lambda b: Piece(b.audio, tokens if b.is_last else 0, len(b.codes)))
 
+        def gen():
+            try:
+                for c in chunks:
+                    yield Piece(c.audio, c.input_tokens, c.output_frames, [asdict(w) for w in spoken(c.words)])
+            except InputError as e:
+                raise _bad("input", e) from None
 
-def speaker_for(model_id: str, first_instance, *, max_frames: int | None = None) -> Speaker:
-    family = getattr(first_instance, "family", "kokoro")
-    if family == "fish":
-        return FishSpeaker(model_id, first_instance, max_frames=max_frames)
-    return KokoroSpeaker(model_id, first_instance)
+        return Planned(gen(), chunks.units, chunks.unit)

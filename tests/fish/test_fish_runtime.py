@@ -8,6 +8,7 @@ import pytest
 
 from anetts.models.fish import prompt as P
 from anetts.models.fish.sampling import SamplingParams, SemanticSampler, filtered_probs, sample_logits
+from anetts.runtime.speech import Reference
 
 FRAMES = 40  # >= 32 frames of closed-loop greedy equality
 
@@ -150,10 +151,11 @@ def test_ras_redraws_a_repeat_at_high_temperature():
 @pytest.mark.parametrize("kwargs, message", [
     ({"text": "   "}, "empty"),
     ({"text": "hi <|im_end|> there"}, "control token <|im_end|>"),
-    ({"text": "hi", "reference_codes": np.zeros((9, 4), np.int64)}, r"must be \(10, frames\)"),
-    ({"text": "hi", "reference_codes": np.full((10, 4), 512)}, "outside 0..511"),
-    ({"text": "hi", "reference_codes": np.zeros((10, 4), np.float32)}, "must be integers"),
-    ({"text": "hi", "reference_text": "ref"}, "needs reference_codes"),
+    ({"text": "hi", "voice": Reference("", np.zeros((9, 4), np.int64))}, r"must be \(10, frames\)"),
+    ({"text": "hi", "voice": Reference("", np.full((10, 4), 512))}, "outside 0..511"),
+    ({"text": "hi", "voice": Reference("", np.zeros((10, 4), np.float32))}, "must be integers"),
+    ({"text": "hi", "voice": "af_heart"}, "unknown voice 'af_heart'"),
+    ({"text": "hi", "speed": 1.5}, "no speaking-rate control"),
     ({"text": "hi", "temperature": -1}, "temperature"),
 ])
 def test_bad_input_is_named(tts_mil, kwargs, message):
@@ -161,6 +163,30 @@ def test_bad_input_is_named(tts_mil, kwargs, message):
 
     with pytest.raises(InputError, match=message):
         tts_mil.stream(**kwargs)
+
+
+def test_fish_keeps_the_runtime_protocol(tts_mil):
+    """What the CLI and the server read of any runtime (anetts.runtime.speech), on Fish."""
+    from anetts.runtime.speech import SpeechChunk, SpeechRuntime
+
+    assert isinstance(tts_mil, SpeechRuntime) and tts_mil.family == "fish" and tts_mil.sample_rate == 44100
+    caps = tts_mil.capabilities
+    assert caps.cloning and caps.audio and not (caps.blending or caps.timestamps or caps.speed)
+    assert tts_mil.voices == [tts_mil.default_voice] and "max_frames" in tts_mil.options
+    chunks = tts_mil.stream("Hello there.", "default", seed=0, sentences=True, max_frames=4, temperature=0)
+    got = list(chunks)
+    assert all(isinstance(c, SpeechChunk) and not c.words for c in got) and got[-1].is_last
+    assert sum(c.units for c in got) == sum(len(c.codes) for c in got) <= chunks.units and chunks.unit == "frames"
+    assert got[-1].input_tokens > 0 and sum(c.audio.size for c in got) == 2048 * sum(c.units for c in got)
+
+
+def test_make_voice_takes_a_clip_or_its_codes(tts_mil):
+    from anetts.runtime import InputError
+
+    with pytest.raises(InputError, match="exactly one"):
+        tts_mil.make_voice("Ref.")
+    voice = tts_mil.make_voice("Ref.", codes=np.zeros((10, 4), np.int64))
+    assert voice.text == "Ref." and voice.codes.shape == (10, 4)
 
 
 def test_long_text_is_chunked_upstreams_way(tts_mil):
@@ -183,8 +209,7 @@ def test_a_full_context_goes_on_in_a_fresh_one(tts_mil):
     plan = tts_mil.plan("Hello there.", "A reference.", ref)[0]
     room = tts_mil._room(tts_mil.prompt(plan.text, "A reference.", ref).shape[1])
     want = room + 6
-    blocks = list(tts_mil.stream("Hello there.", reference_text="A reference.", reference_codes=ref, temperature=0,
-                                 max_frames=want))
+    blocks = list(tts_mil.stream("Hello there.", Reference("A reference.", ref), temperature=0, max_frames=want))
     end = blocks[-1]
     frames = sum(len(b.codes) for b in blocks)
     if end.stop == "im_end":  # the model ended its turn inside the context: nothing to restart
@@ -293,7 +318,7 @@ def test_reference_clip_is_encoded_by_upstreams_encoder_and_clones(tts_torch, mo
     np.testing.assert_array_equal(got, C.upstream_encode(upstream, clip, C.SAMPLE_RATE))
     stereo = np.stack([clip, clip], axis=1)  # (samples, channels) as soundfile reads it
     np.testing.assert_array_equal(tts_torch.encode_reference(stereo, C.SAMPLE_RATE), got)
-    r = tts_torch.synthesize("Hello.", reference_text="A reference.", reference_codes=got, temperature=0, max_frames=3)
+    r = tts_torch.synthesize("Hello.", tts_torch.make_voice("A reference.", codes=got), temperature=0, max_frames=3)
     assert r.codes.shape[1] == 10 and 1 <= r.codes.shape[0] <= 3
 
 
@@ -330,8 +355,8 @@ def test_cli_refuses_kokoro_options_naming_them(model_dir, tmp_path, capsys):
 
     out = tmp_path / "speech.wav"
     rc = main(["speak", "Hello.", "-o", str(out), "--model-dir", str(model_dir), "--backend", "mil",
-               "--voice", "af_heart", "--speed", "1.5", "--no-progress"])
-    assert rc == 2 and "--voice, --speed do not apply to this fish model" in capsys.readouterr().err
+               "--speed", "1.5", "--lang", "en-us", "--timestamps", str(tmp_path / "w.json"), "--no-progress"])
+    assert rc == 2 and "--speed, --lang, --timestamps do not apply to this fish model" in capsys.readouterr().err
     assert not out.exists()
 
 

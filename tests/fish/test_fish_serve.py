@@ -66,7 +66,7 @@ def test_register_a_reference_clip_and_speak_with_it(client, server, tts, clip):
     listed = httpx.get(f"{server}/v1/audio/voices").json()
     assert voice.id in listed["voices"] and listed["cloning"]
     ref = tts.encode_reference(audio, 44100)  # what the server keeps: encoded once, at registration
-    want = tts.synthesize("Hi.", reference_text="A reference.", reference_codes=ref, seed=0, max_frames=FRAMES).audio
+    want = tts.synthesize("Hi.", tts.make_voice("A reference.", codes=ref), seed=0, max_frames=FRAMES).audio
     got = client.audio.speech.create(model=MODEL, voice={"id": voice.id}, input="Hi.", response_format="pcm")
     assert np.abs(np.frombuffer(got.content, "<i2").astype(np.int32) - pcm16(want)).max() <= 1
 

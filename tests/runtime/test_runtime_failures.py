@@ -131,20 +131,21 @@ def test_cli_speak_phonemes_with_progress(model_dir, tmp_path, capsys):
     long = " ".join([SHORT] * 4)  # more than one chunk of 3 s
     assert main(["speak", "--phonemes", long, "--voice", "syn_a", "--model-dir", str(model_dir), "-o", str(out)]) == 0
     assert sf.info(str(out)).frames > 0
-    assert "chunk" in capsys.readouterr().err  # the tqdm bar
+    assert "phonemes" in capsys.readouterr().err  # the tqdm bar, in the plan's units
 
 
-@pytest.mark.parametrize("args,message", [
-    (["speak", "", "--voice", "syn_a"], "empty"),
-    (["speak", "...", "--voice", "syn_a"], "punctuation"),
-    (["speak", "--phonemes", "∆∆", "--voice", "syn_a"], "nothing to speak"),
-    (["speak", "Hello.", "--voice", "xx"], "unknown voice"),
-    (["speak", "Hello.", "--voice", "syn_a", "--speed", "0"], "speed must be"),
-    (["speak", "Hello.", "--voice", "syn_a", "--speed", "-3"], "speed must be"),
+@pytest.mark.parametrize("args,message,rc", [
+    (["speak", "", "--voice", "syn_a"], "empty", 1),
+    (["speak", "...", "--voice", "syn_a"], "punctuation", 1),
+    (["speak", "--phonemes", "∆∆", "--voice", "syn_a"], "nothing to speak", 1),
+    (["speak", "Hello.", "--voice", "xx"], "unknown voice", 1),
+    # a bad value of an option is a usage error naming the option
+    (["speak", "Hello.", "--voice", "syn_a", "--speed", "0"], "--speed: speed must be", 2),
+    (["speak", "Hello.", "--voice", "syn_a", "--speed", "-3"], "--speed: speed must be", 2),
 ])
-def test_cli_bad_input_exits_non_zero_without_a_wav(model_dir, tmp_path, capsys, args, message):
+def test_cli_bad_input_exits_non_zero_without_a_wav(model_dir, tmp_path, capsys, args, message, rc):
     out = tmp_path / "bad.wav"
-    assert main([*args, "--model-dir", str(model_dir), "-o", str(out)]) == 1
+    assert main([*args, "--model-dir", str(model_dir), "-o", str(out)]) == rc
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
@@ -219,3 +220,22 @@ def test_mil_backend_runs_the_packages(model_dir, tts):
     if ours.durations.shape == ref.durations.shape:
         assert np.abs(ours.durations - ref.durations).max() <= 1
     assert log_mel_similarity(ours.audio, ref.audio, ours.sample_rate)["log_mel_corr"] > 0.7
+
+
+def test_kokoro_keeps_the_runtime_protocol(model_dir):
+    """What the CLI and the server read of any runtime (anetts.runtime.speech), on Kokoro."""
+    from anetts.runtime.speech import SpeechChunk, SpeechRuntime
+
+    tts = load(model_dir, backend="torch")
+    assert isinstance(tts, SpeechRuntime) and tts.family == "kokoro" and tts.sample_rate == 24000
+    assert tts.capabilities.blending and tts.capabilities.timestamps and not tts.capabilities.cloning
+    assert set(tts.options) >= {"phonemes", "lang"} and tts.default_voice in tts.voices
+    chunks = tts.stream("Hi there. Bye now.", "syn_a", 1.25, seed=3, sentences=True)
+    got = list(chunks)
+    assert len(got) == 2 and all(isinstance(c, SpeechChunk) for c in got) and got[-1].is_last
+    assert sum(c.units for c in got) == chunks.units and chunks.unit == "phonemes"
+    assert all(c.codes is None and c.audio.size == c.output_frames * 600 for c in got)
+    assert [w.word for c in got for w in c.words] == ["Hi", "there", ".", "Bye", "now", "."]
+    with pytest.raises(InputError) as e:
+        tts.check_voice_name("syn_a(1)+nobody(1)")
+    assert e.value.field == "voice" and "nobody" in str(e.value)

@@ -12,7 +12,7 @@ import torch
 from anetts.models.kokoro.dsp import SourceDraws
 from anetts.models.kokoro.frontend import frontend
 from anetts.models.kokoro.end_to_end import compare_texts, replayed_draws, waveform_snr_db
-from anetts.models.kokoro.timestamps import WordTimestamp
+from anetts.runtime.captions import WordTimestamp
 from anetts.runtime import InputError
 from concurrency import at_once
 from rt_common import SHORT

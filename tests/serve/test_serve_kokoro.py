@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from anetts.models.kokoro.timestamps import spoken
+from anetts.runtime.captions import spoken
 from serve_helpers import live_server, openai_client, pcm16
 
 MODEL = "kokoro-tiny"
@@ -207,7 +207,7 @@ def test_malformed_bodies_and_paths(server):
     _error(httpx.get(f"{server}/v1/audio/speech"), 405, None)
     r = httpx.post(f"{server}/v1/audio/voices", files={"audio_sample": ("a.wav", b"RIFF")},
                    data={"name": "me", "text": "Hi."})
-    assert "Fish" in _error(r, 400, "audio_sample")
+    assert "does not clone voices" in _error(r, 400, "audio_sample")
 
 
 def test_openai_client_sees_the_error(client):
@@ -306,3 +306,13 @@ def test_anetts_serve_command(model_dir):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_server_option_the_model_does_not_take_is_refused_at_start(tts):
+    """`anetts serve --max-frames` (a Fish option) over a Kokoro build: refused by name, not dropped."""
+    from anetts.runtime import TTSError
+    from anetts.serve.speech import Speaker
+
+    with pytest.raises(TTSError, match="--max-frames: not an option of kokoro-tiny"):
+        Speaker("kokoro-tiny", tts, options={"max_frames": 6})
+    assert Speaker("kokoro-tiny", tts, options={"max_frames": None}).voices() == tts.voices

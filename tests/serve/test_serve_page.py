@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from anetts.models.kokoro.timestamps import spoken
+from anetts.runtime.captions import spoken
 from serve_helpers import live_server
 
 TEXT = "The sun is out. We walk. Birds sing."

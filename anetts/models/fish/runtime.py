@@ -44,6 +44,7 @@ from anetts.runtime.errors import ArtifactError, InputError, TTSError, check_tex
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
 from anetts.runtime.planned import Planned
 from anetts.runtime.runners import Runner
+from anetts.runtime.speech import Capabilities, Reference
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,19 @@ class FishChunk:
     stop: str | None = None  # at a chunk's end: "im_end", "max_frames"
     context_restarts: int = 0
     is_last: bool = False
-    timings: dict | None = None  # at a chunk's end: seconds per part, summed over the call so far
+    timings: dict | None = None  # at a text chunk's end: seconds per part spent on that chunk
+    input_tokens: int = 0  # at a chunk's end: the text chunk's tokens
     sample_rate: int = SAMPLE_RATE
+    words = ()  # Fish has no word alignment (anetts.runtime.speech)
+
+    @property
+    def units(self) -> int:
+        """The frames of this block: what ``stream``'s plan counts."""
+        return len(self.codes)
+
+    @property
+    def output_frames(self) -> int:
+        return len(self.codes)
 
 
 @dataclass
@@ -120,6 +132,7 @@ class FishResult:
 class _Plan:
     text: str
     budget: int
+    tokens: int  # of the text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,10 +336,16 @@ class FishDecoder:
 # ------------------------------------------------------------------------------------------------
 
 class FishRuntime:
-    """Text -> codes (frames, 10) -> 44.1 kHz audio (when the build has a codec stage) from a Fish build."""
+    """Text -> codes (frames, 10) -> 44.1 kHz audio (when the build has a codec stage) from a Fish build
+    (the runtime protocol of :mod:`anetts.runtime.speech`). Its one built voice is ``default`` (no
+    reference); other voices are cloned from a reference clip (:meth:`make_voice`)."""
 
-    sample_rate = SAMPLE_RATE
     family = "fish"
+    sample_rate = SAMPLE_RATE
+    options = ("temperature", "top_p", "top_k", "max_frames", "chunk_length", "block_frames")
+    DEFAULT_VOICE = "default"
+    # what the server times at start: one short text (a frame costs seconds at full size on a CPU)
+    warmup_texts = ("Hello there. This is a warm-up.",)
 
     def __init__(self, artifacts: ModelArtifacts, backend: Runner):
         self.artifacts, self.backend = artifacts, backend
@@ -389,6 +408,40 @@ class FishRuntime:
     @property
     def has_codec(self) -> bool:
         return bool(self.codec_entries)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(blending=False, cloning=True, timestamps=False, speed=False, audio=self.has_codec)
+
+    @property
+    def voices(self) -> list[str]:
+        return [self.DEFAULT_VOICE]
+
+    @property
+    def default_voice(self) -> str:
+        return self.DEFAULT_VOICE
+
+    def check_voice_name(self, voice) -> None:
+        self._reference(voice)
+
+    def _reference(self, voice) -> tuple[str | None, np.ndarray | None]:
+        """(transcript, codes) of a voice: none for ``default``, a :class:`Reference`'s own."""
+        if voice is None or voice == self.DEFAULT_VOICE:
+            return None, None
+        if isinstance(voice, Reference):
+            return voice.text, voice.codes
+        raise InputError(f"unknown voice {str(voice)[:64]!r}: a Fish build speaks {self.voices} or a voice cloned from "
+                         "a reference clip", field="voice")
+
+    def make_voice(self, text: str, *, audio=None, rate: int | None = None, codes=None) -> Reference:
+        """A cloned voice from a reference clip (``audio`` at ``rate``, encoded once here) or its ``codes``
+        (10, frames), with the clip's transcript ``text``: checked so that every request with it fits."""
+        if (audio is None) == (codes is None):
+            raise InputError("give a reference clip or its codes (exactly one)", field="reference_audio")
+        if audio is not None:
+            codes = self.encode_reference(audio, rate)
+        text, codes = self.check_voice(text, codes)
+        return Reference(text, codes)
 
     def warmup(self) -> None:
         """Verify and load every package now instead of on first use."""
@@ -467,7 +520,7 @@ class FishRuntime:
             budget = max(MIN_BUDGET, BUDGET_PER_TOKEN * n_tok)
             if max_frames is not None:
                 budget = min(budget, int(max_frames))
-            out.append(_Plan(piece, budget))
+            out.append(_Plan(piece, budget, n_tok))
         return out
 
     # -------------------------------------------------------------- decode
@@ -599,14 +652,19 @@ class FishRuntime:
 
     # -------------------------------------------------------------- synthesis
 
-    def stream(self, text: str, *, reference_text: str | None = None, reference_codes=None,
-               temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, seed: int = 0,
-               max_frames: int | None = None, chunk_length: int = P.CHUNK_BYTES,
-               block_frames: int = BLOCK_FRAMES) -> Planned[FishChunk]:
+    def stream(self, text: str, voice=None, speed: float = 1.0, *, seed: int = 0, sentences: bool = False,
+               temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, max_frames: int | None = None,
+               chunk_length: int = P.CHUNK_BYTES, block_frames: int = BLOCK_FRAMES) -> Planned[FishChunk]:
         """Yield blocks of frames as they are generated (with the audio final so far, when the build
         has a codec). Input is validated, and planned, before this returns: the result's ``units`` is
-        the frames of budget of its chunks (the most it will make)."""
+        the frames of budget of its chunks (the most it will make).
+
+        ``voice``: ``default`` or a :class:`Reference` (:meth:`make_voice`). ``speed`` must be 1: S2 has
+        no rate control. ``sentences`` changes nothing: blocks of ``block_frames`` stream whatever the text."""
         t0 = time.perf_counter()
+        reference_text, reference_codes = self._reference(voice)
+        if speed != 1.0:
+            raise InputError(f"speed {speed!r}: Fish S2 has no speaking-rate control; only 1.0", field="speed")
         try:
             params = SamplingParams(temperature, top_p, top_k)
         except ValueError as e:
@@ -632,6 +690,7 @@ class FishRuntime:
         gen = Sampling(params, self.cfg, self.row_ids, seed)
         history: list[tuple[str, np.ndarray]] = []
         total = 0
+        spent: dict[str, float] = {}  # gen.timings at the last chunk's end
         for ci, plan in enumerate(plans):
             kept = self._history(plan.text, history, ref_text, ref_codes, plan.budget)
             rows = self.prompt(plan.text, ref_text, ref_codes, kept)
@@ -684,7 +743,9 @@ class FishRuntime:
             audio, _ = self._stream_audio(block, emitted, final=True, timings=gen.timings)
             yield FishChunk(ci, plan.text, block[len(block) - pending:], audio, total, time.perf_counter() - t0,
                             is_chunk_end=True, stop=stop, context_restarts=restarts[0], is_last=ci == len(plans) - 1,
-                            timings=dict(gen.timings))
+                            timings={k: v - spent.get(k, 0.0) for k, v in gen.timings.items()},
+                            input_tokens=plan.tokens)
+            spent = dict(gen.timings)
             if len(block):
                 history.append((plan.text, block.T))
 
@@ -701,16 +762,14 @@ class FishRuntime:
         timings["codec"] += time.perf_counter() - t0
         return audio, upto
 
-    def synthesize(self, text: str, *, reference_text: str | None = None, reference_codes=None,
-                   temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30, seed: int = 0,
-                   max_frames: int | None = None, chunk_length: int = P.CHUNK_BYTES) -> FishResult:
+    def synthesize(self, text: str, voice=None, *, temperature: float = 0.7, top_p: float = 0.7, top_k: int = 30,
+                   seed: int = 0, max_frames: int | None = None, chunk_length: int = P.CHUNK_BYTES) -> FishResult:
         """Text -> codes (and one-shot codec audio per text chunk, when the build has a codec)."""
         t0 = time.perf_counter()
-        blocks = list(self.stream(text, reference_text=reference_text, reference_codes=reference_codes,
-                                  temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+        blocks = list(self.stream(text, voice, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                                   max_frames=max_frames, chunk_length=chunk_length, block_frames=1 << 30))
         per_chunk: dict[int, list[np.ndarray]] = defaultdict(list)
-        texts, stops, restarts, timings = {}, {}, 0, {}
+        texts, stops, restarts, timings = {}, {}, 0, defaultdict(float)
         audio_parts = []
         for b in blocks:
             per_chunk[b.chunk].append(b.codes)
@@ -720,11 +779,12 @@ class FishRuntime:
             if b.is_chunk_end:
                 stops[b.chunk] = b.stop
                 restarts += b.context_restarts
-                timings = dict(b.timings or {})
+                for k, v in (b.timings or {}).items():
+                    timings[k] += v
         nc = self.cfg.num_codebooks
         chunk_codes = [np.concatenate(per_chunk[i]).reshape(-1, nc) for i in sorted(per_chunk)]
         codes = np.concatenate(chunk_codes).reshape(-1, nc) if chunk_codes else np.zeros((0, nc), np.int64)
         audio = np.concatenate(audio_parts) if self.has_codec else None
         timings["total"] = time.perf_counter() - t0
-        return FishResult(codes, chunk_codes, audio, SAMPLE_RATE, timings, [texts[i] for i in sorted(texts)],
+        return FishResult(codes, chunk_codes, audio, SAMPLE_RATE, dict(timings), [texts[i] for i in sorted(texts)],
                           [stops[i] for i in sorted(stops)], restarts)

@@ -82,10 +82,11 @@ def lang_code(lang: str | None = None, voice=None, languages: Mapping[str, str] 
     listed = ", ".join(f"{c} ({codes[c]})" for c in codes)
     if lang is not None:
         if not isinstance(lang, str):
-            raise InputError(f"lang must be a string, got {type(lang).__name__}")
+            raise InputError(f"lang must be a string, got {type(lang).__name__}", field="lang")
         code = aliases.get(lang.lower(), lang.lower())
         if code not in codes:
-            raise InputError(f"unknown language {lang[:40]!r}; valid: {listed}; aliases: {', '.join(aliases)}")
+            raise InputError(f"unknown language {lang[:40]!r}; valid: {listed}; aliases: {', '.join(aliases)}",
+                             field="lang")
         return code
     name = voice.split("+", 1)[0].split("(", 1)[0].strip() if isinstance(voice, str) else None
     code = (languages or {}).get(name) or (named_language(name) if name else None)

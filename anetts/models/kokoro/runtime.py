@@ -35,11 +35,13 @@ from anetts.runtime.errors import ArtifactError, InputError, TTSError, check_tex
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
 from anetts.runtime.planned import Planned
 from anetts.runtime.runners import Runner
+from anetts.runtime.speech import Capabilities
 from anetts.models.kokoro.blend import echo, parse_blend
 from anetts.models.kokoro.assets import STYLE_DIM, VOCAB_FILE, VOICE_LANGUAGES_FILE, VOICE_ROWS, VOICES_DIR
 from anetts.models.kokoro.frontend import SAMPLE_TEXTS, Frontend, frontend, named_language
 from anetts.models.kokoro.text import MAX_PHONEMES, TextChunk, chunk_text, phoneme_limit, tokenize
-from anetts.models.kokoro.timestamps import Word, WordTimestamp, word_timestamps
+from anetts.models.kokoro.timestamps import Word, word_timestamps
+from anetts.runtime.captions import WordTimestamp
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +89,24 @@ class ChunkResult:
     is_last: bool = False
     sample_rate: int = SAMPLE_RATE
     words: list[WordTimestamp] = field(default_factory=list)  # seconds from the start of the whole output
+    codes = None  # Kokoro makes audio, no discrete codes (anetts.runtime.speech)
 
     @property
     def frames(self) -> int:
         return int(self.pred_dur.sum())
+
+    @property
+    def units(self) -> int:
+        """The phonemes this chunk spoke: what ``stream``'s plan counts."""
+        return len(self.phonemes)
+
+    @property
+    def input_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def output_frames(self) -> int:
+        return self.frames
 
     @property
     def seconds(self) -> float:
@@ -147,7 +163,7 @@ class _TooLong(Exception):
 def _validate_speed(speed) -> float:
     lo, hi = SPEED_RANGE
     if isinstance(speed, bool) or not isinstance(speed, numbers.Real) or not math.isfinite(speed) or not lo <= speed <= hi:
-        raise InputError(f"speed must be a number in [{lo:g}, {hi:g}], got {speed!r}")
+        raise InputError(f"speed must be a number in [{lo:g}, {hi:g}], got {speed!r}", field="speed")
     return float(speed)
 
 
@@ -200,9 +216,13 @@ def _host_params(manifest: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class KokoroRuntime:
-    """Text or phonemes -> 24 kHz float32 audio from a built Kokoro model directory."""
+    """Text or phonemes -> 24 kHz float32 audio from a built Kokoro model directory
+    (the runtime protocol of :mod:`anetts.runtime.speech`)."""
 
+    family = "kokoro"
     sample_rate = SAMPLE_RATE
+    capabilities = Capabilities(blending=True, cloning=False, timestamps=True, speed=True, audio=True)
+    options = ("phonemes", "lang", "max_phonemes", "fade_ms")
 
     def __init__(self, artifacts: ModelArtifacts, backend: Runner, *, tokens_per_second: float = TOKENS_PER_SECOND):
         self.artifacts = artifacts
@@ -243,6 +263,17 @@ class KokoroRuntime:
             return (listed or names)[0]
         raise ArtifactError(f"no voices listed in the manifest of {self.artifacts.model_dir}")
 
+    @property
+    def warmup_texts(self) -> tuple[str, ...]:
+        """What the server times at start: a sentence in the default voice's language, once and three
+        times over (two lengths: its estimate of seconds per phoneme is a line)."""
+        text = SAMPLE_TEXTS[frontend(None, self.default_voice, self.voice_languages).code]
+        return text, " ".join([text] * 3)
+
+    def check_voice_name(self, voice) -> None:
+        """An InputError naming an unknown voice, or a blend's bad term, before anything is planned."""
+        self.voice_pack(voice)
+
     def voice_pack(self, voice: str | np.ndarray | None) -> np.ndarray:
         """(510, 256) float32 style rows of a named voice, a blend ``"a(0.7)+b(0.3)"`` (the packs
         weighted, weights normalized: :mod:`anetts.models.kokoro.blend`) or a given pack."""
@@ -253,13 +284,14 @@ class KokoroRuntime:
             names = set(self.voices)
             unknown = [n for n, _ in terms if n not in names]
             if unknown:
-                raise InputError(f"voice {echo(voice)}: unknown voice(s) {unknown}; available: {sorted(names)}")
+                raise InputError(f"voice {echo(voice)}: unknown voice(s) {unknown}; available: {sorted(names)}",
+                                 field="voice")
             return sum(w * self.voice_pack(n) for n, w in terms).astype(np.float32)
         if isinstance(voice, str):
             if voice not in self._voices:
                 names = self.voices
                 if voice not in names:
-                    raise InputError(f"unknown voice {echo(voice)}; available: {names}")
+                    raise InputError(f"unknown voice {echo(voice)}; available: {names}", field="voice")
                 path = self.artifacts.asset(f"{VOICES_DIR}/{voice}.npy")
                 try:
                     pack = np.load(path, allow_pickle=False)
@@ -271,7 +303,8 @@ class KokoroRuntime:
             return self._voices[voice]
         pack = np.asarray(getattr(voice, "numpy", lambda: voice)(), dtype=np.float32)
         if pack.size != VOICE_ROWS * STYLE_DIM:
-            raise InputError(f"a voice pack must have {VOICE_ROWS}x{STYLE_DIM} values, got shape {pack.shape}")
+            raise InputError(f"a voice pack must have {VOICE_ROWS}x{STYLE_DIM} values, got shape {pack.shape}",
+                             field="voice")
         return pack.reshape(VOICE_ROWS, STYLE_DIM)
 
     @staticmethod
