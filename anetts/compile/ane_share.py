@@ -74,8 +74,9 @@ def ane_share(packages: list[dict], audio_seconds: Callable[[str, dict], float])
     covers. A package without MACs leaves the share undefined (`share` None, `undefined` says why)."""
     missing = [f"{p['stage']}/{p['bucket']}" for p in packages if p.get("macs") is None]
     if missing or not packages:
-        return undefined_share(f"no MACs of one call of {', '.join(missing)} (a convert report of an older build, "
-                               "or a package of several functions)" if missing else "no packages")
+        return undefined_share(f"no MACs of one call of {', '.join(missing)} in its package report (a compressed "
+                               "variant's, an older build's, or a package of several functions)"
+                               if missing else "no packages")
     by_stage: dict[str, list[dict]] = {}
     for p in packages:
         by_stage.setdefault(p["stage"], []).append(p)
