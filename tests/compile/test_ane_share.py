@@ -58,3 +58,13 @@ def test_kokoro_audio_seconds_come_from_the_runtimes_constants():
     assert audio_seconds("duration", {"tokens": 64}) == 64 / TOKENS_PER_SECOND
     with pytest.raises(ValueError, match="neither frames nor tokens"):
         audio_seconds("x", {"context": 320})
+
+
+def test_the_manifest_defines_the_share_only_for_families_that_say_their_audio_seconds():
+    from anetts.compile.manifest import _ane_share
+
+    fish = _ane_share("fish", [{**_pkg("codec", "f8", 8, 10), "geometry": {"frames": 8}}])
+    assert fish["share"] is None and "family fish declares no audio seconds" in fish["undefined"]
+    kokoro = _ane_share("kokoro", [_pkg("decoder_pre", "3s", 120, 300), _pkg("generator", "3s", 120, 900,
+                                                                             units="CPU_AND_GPU")])
+    assert kokoro["share"] == pytest.approx(0.25)
