@@ -105,9 +105,13 @@ class FamilyDecl:
     # configure `listen`): f(runtime, weights_dir, settings, clips_dir) -> report; None: the family has none
     listen: str | None = None
     listen_code: tuple[str, ...] = ()
+    # "module:function" giving the seconds of audio one call of a bucket's package covers, for the
+    # manifest's ANE-eligible share (anetts.compile.ane_share): f(stage, geometry) -> seconds;
+    # torch-free. None: the share is not defined for the family.
+    audio_seconds: str | None = None
 
     def hook(self, field_name: str):
-        """The function a "module:function" field (`runtime`, `frame_cost`, `file_bytes`) names."""
+        """The function a "module:function" field (`runtime`, `frame_cost`, `file_bytes`, `audio_seconds`) names."""
         module, _, name = getattr(self, field_name).partition(":")
         return getattr(importlib.import_module(module), name)
 

@@ -329,7 +329,7 @@ class WorkflowConfig:
 
     def convert_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py",
-                          _PKG / "compile" / "stamp.py", _PKG / "compile" / "pipeline_trims.py", _PKG / "options.py"])
+                          _PKG / "compile" / "macs.py", _PKG / "compile" / "stamp.py", _PKG / "compile" / "pipeline_trims.py", _PKG / "options.py"])
 
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py", _PKG / "compile" / "pipeline_trims.py"])

@@ -296,6 +296,8 @@ def convert_function(torchscript: Path, function: FunctionSpec, out_package: Pat
             "default_function": function.name,
             "functions": [function.to_json()],
             "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
+            # multiply-accumulates of one call per function (the manifest's ANE-eligible share)
+            "macs": {name: fn["macs"] for name, fn in info["functions"].items()},
             "linear_rewrite": rewrite.report(),
             # per selector: the op types it kept fp32 (counted at the fp16 pass)
             "fp32_ops": fp32_ops.report(),
@@ -394,6 +396,7 @@ def _convert_multifunction(functions_dir: Path, functions: list[FunctionSpec], s
                 "default_function": functions[0].name,
                 "functions": [f.to_json() for f in functions],
                 "ops": {name: fn["ops"] for name, fn in info["functions"].items()},
+                "macs": {name: fn["macs"] for name, fn in info["functions"].items()},
                 "linear_rewrite": {name: r["linear_rewrite"] for name, r in reports.items()},
                 "lint": info["lint"],
                 "weight_bytes_fp16": bundle["weight_bytes_fp16"],

@@ -1,5 +1,6 @@
 """Inspect a saved .mlpackage and lint it statically against known ANE rules.
 
+Also the multiply-accumulates of one call per op type, function and package (:mod:`anetts.compile.macs`).
 Everything here reads the package's protobuf spec and the blob headers of its weight file;
 nothing needs Core ML, so it runs on Linux.  The lint is a *static heuristic*: it flags graph
 features that the sources below report as keeping work off the Neural Engine or breaking its
@@ -24,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from anetts.artifacts import atomic_file, tree_bytes
-from anetts.units import format_bytes
+from anetts.units import format_bytes, format_count
 
 WIDTH_LIMIT = 16384
 MAX_RANK = 5
@@ -503,6 +504,8 @@ def _histogram(ops) -> dict[str, int]:
 
 def inspect_package(path) -> dict:
     """Everything static about a package: see the module docstring."""
+    from anetts.compile.macs import function_macs  # macs builds on this module's walker
+
     pkg, spec_file, weights_dir = package_files(path)
     spec = load_spec(pkg)
     if spec.WhichOneof("Type") != "mlProgram":
@@ -549,6 +552,8 @@ def inspect_package(path) -> dict:
             "weight_bytes_fp16": sum(fp16_bytes(d, n) for d, n in w["blobs"].values()),
             "weight_dtypes": dict(Counter(d for d, _ in w["blobs"].values())),
             "fp16_program": fp16_program,
+            # multiply-accumulates of one call, from the declared shapes (anetts.compile.macs)
+            "macs": function_macs(fn),
             "lint": findings,
         }
     spec_version = int(spec.specificationVersion)
@@ -565,8 +570,18 @@ def inspect_package(path) -> dict:
         "metadata": {"user_defined": user, "author": meta.author, "license": meta.license,
                      "short_description": meta.shortDescription, "version": meta.versionString},
         "functions": functions,
+        # one call of every function (a package of several: each called once)
+        "macs": package_macs(functions),
         "lint": all_findings,
     }
+
+
+def package_macs(functions: dict) -> dict:
+    """{"total", "by_op"}: the MACs of `inspect_package`'s functions summed (one call of each)."""
+    by_op: Counter = Counter()
+    for f in functions.values():
+        by_op.update(f["macs"]["by_op"])
+    return {"total": sum(by_op.values()), "by_op": dict(sorted(by_op.items()))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -623,6 +638,12 @@ def compute_plan(path, compute_units: str = "CPU_AND_NE") -> dict:
 # CLI
 
 
+def _macs_line(macs: dict) -> str:
+    """`1.25 G (conv 1.20 G, matmul 50.0 M)`: a `function_macs` / `package_macs` result, largest first."""
+    top = sorted(macs["by_op"].items(), key=lambda kv: -kv[1])
+    return format_count(macs["total"]) + (" (" + ", ".join(f"{k} {format_count(v)}" for k, v in top) + ")" if top else "")
+
+
 def summary(info: dict) -> str:
     lines = [f"{info['package']}",
              f"  spec v{info['specification_version']} ({'/'.join(info['deployment_targets'][:2])}), "
@@ -642,6 +663,9 @@ def summary(info: dict) -> str:
         top = sorted(f["ops"].items(), key=lambda kv: -kv[1])
         lines.append("    ops: " + ", ".join(f"{k} {v}" for k, v in top if k != "const")
                      + f" (+{f['ops'].get('const', 0)} const)")
+        lines.append(f"    MACs: {_macs_line(f['macs'])}")
+    if len(info["functions"]) > 1:
+        lines.append(f"  MACs, one call of each function: {_macs_line(info['macs'])}")
     if info["lint"]:
         lines.append(f"  lint: {len(info['lint'])} finding(s)")
         for x in info["lint"]:

@@ -8,7 +8,7 @@ Only ops that multiply learned or data tensors together count (a MAC is one mult
 | conv_transpose | input elements x (output channels / groups) x kernel size |
 | linear, matmul | output elements x the contracted length |
 | einsum | product of every index's extent, for two operands |
-| lstm | steps x directions x 4 x hidden x (input + hidden) |
+| lstm | steps x batch x directions x 4 x hidden x (input + hidden) |
 
 Elementwise, normalization and reduction ops do a few operations per element and are left out: at
 Kokoro's sizes they are a small share of the work, and a MAC count that only says "matmuls and
@@ -69,6 +69,21 @@ def _scalar(op, key: str, consts: dict, default: int) -> int:
     return default
 
 
+def _string(op, key: str, consts: dict) -> str:
+    """A string parameter: an attribute, an inline input value, or (as coremltools saves einsum's
+    equation) an input bound to a const op."""
+    val = op.attributes.get(key) if key in op.attributes else None
+    if val is None and key in op.inputs:
+        for b in op.inputs[key].arguments:
+            kind = b.WhichOneof("binding")
+            val = b.value if kind == "value" else consts.get(b.name) if kind == "name" else None
+            break
+    if val is None or val.WhichOneof("value") != "immediateValue":
+        return ""
+    strings = val.immediateValue.tensor.strings.values
+    return strings[0] if strings else ""
+
+
 def op_macs(op, types: dict, consts: dict) -> int:
     """MACs of one op (0 for ops not in COUNTED or with unknown shapes)."""
     out = [types.get(o.name) for o in op.outputs]
@@ -99,7 +114,7 @@ def op_macs(op, types: dict, consts: dict) -> int:
     if t == "einsum":
         operands = [types.get(b.name) for b in op.inputs["values"].arguments if b.WhichOneof("binding") == "name"] \
             if "values" in op.inputs else []
-        equation = op.attributes["equation"].immediateValue.tensor.strings.values[0] if "equation" in op.attributes else ""
+        equation = _string(op, "equation", consts)
         lhs = equation.replace(" ", "").split("->")[0].split(",")
         if len(operands) != 2 or len(lhs) != 2 or not _known(*operands):
             return 0
@@ -113,8 +128,9 @@ def op_macs(op, types: dict, consts: dict) -> int:
         w_hh = _arg(op, "weight_hh", types)
         if not _known(x, w_ih, w_hh):
             return 0
-        steps, directions = x[0], 2 if "weight_ih_back" in op.inputs else 1
-        return steps * directions * (math.prod(w_ih) + math.prod(w_hh))  # (4H, I) and (4H, H) per step
+        # x (steps, batch, input); weights (4H, I) and (4H, H) per step, sample and direction
+        steps, batch, directions = x[0], x[1] if len(x) > 1 else 1, 2 if "weight_ih_back" in op.inputs else 1
+        return steps * batch * directions * (math.prod(w_ih) + math.prod(w_hh))
     return 0
 
 

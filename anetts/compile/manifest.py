@@ -2,7 +2,8 @@
 
 Per package: stage, bucket, its typed functions (name, inputs, outputs, states: `FunctionSpec`) and
 the one the bucket runs, path (relative to the model dir), sha256 of its contents, geometry,
-compute-unit hint, parity verdict. The reader is :mod:`anetts.runtime.manifest` (torch-free).
+compute-unit hint, parity verdict, MACs of one call per function. For the model: its ANE-eligible
+share (`ane_share`, :mod:`anetts.compile.ane_share`). The reader is :mod:`anetts.runtime.manifest` (torch-free).
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import os
 from pathlib import Path
 
 from anetts.artifacts import atomic_outputs, tree_sha256, write_json
-from anetts.families import get_family
+from anetts.compile.ane_share import ane_share, one_call_macs, undefined_share
+from anetts.families import declaration, get_family
 from anetts.provenance import provenance
 from anetts.runtime.manifest import MANIFEST_VERSION, unreadable_version  # noqa: F401 - the format, once
 from anetts.tensors import FunctionSpec
@@ -54,6 +56,13 @@ def _assets(assets_dir: Path, rel) -> list[dict]:
              "bytes": f.stat().st_size, "output": rel(assets_dir)} for f in files]
 
 
+def _ane_share(family: str, packages: list[dict]) -> dict:
+    decl = declaration(family)
+    if decl.audio_seconds is None:
+        return undefined_share(f"family {family} declares no audio seconds per bucket")
+    return ane_share(packages, decl.hook("audio_seconds"))
+
+
 def write_manifest(out: Path, *args, **kwargs) -> dict:
     """`build_manifest` for the directory of `out`, written atomically to `out`."""
     manifest = build_manifest(Path(out).parent, *args, **kwargs)
@@ -78,7 +87,7 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
         # the model's own weights and uncompressed packages as ../../<path>
         return Path(os.path.relpath(Path(p).resolve(), model_dir)).as_posix()
 
-    entries = []
+    entries, share_inputs = [], []
     for report_path, package, torchscript, scenario, parity_path in zip(reports, packages, torchscripts, scenarios,
                                                                          parity):
         report = json.loads(Path(report_path).read_text(encoding="utf-8"))
@@ -102,7 +111,11 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
             # the calls its parity played (a one-call stage: one call on its example inputs)
             "scenario": rel(scenario),
         }
+        if report.get("macs"):  # multiply-accumulates of one call per function (anetts.compile.macs)
+            entry["macs"] = {name: m["total"] for name, m in report["macs"].items()}
         entries.append(entry)
+        share_inputs.append({**{k: entry[k] for k in ("stage", "bucket", "geometry", "precision", "compute_units")},
+                             "lint": report.get("lint", []), "macs": one_call_macs(report.get("macs"))})
     bundle_entries = []
     for bundle, parity_path in zip(bundles, bundle_parity):
         report = json.loads(Path(bundle).with_suffix(".json").read_text(encoding="utf-8"))
@@ -144,6 +157,8 @@ def build_manifest(model_dir: Path, weights_dir: Path, reports: list, packages: 
         "end_to_end": [_chain_verdict(p, rel) for p in end_to_end],
         # the build judged by listening against upstream's own seed-to-seed variation (real weights)
         "listen": [_listen_verdict(p, rel) for p in listen],
+        # MACs per second of audio in CPU_AND_NE, fp16, lint-clean packages over all (issue #41)
+        "ane_share": _ane_share(model_meta["family"], share_inputs),
         "provenance": provenance(),
     }
     return manifest

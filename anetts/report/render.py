@@ -12,7 +12,7 @@ from pathlib import Path
 
 from anetts.report.collect import wav_data_uri
 from anetts.report.svg import hbar_chart
-from anetts.units import format_bytes
+from anetts.units import format_bytes, format_count
 
 CSS = """
 body{font:14px/1.45 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;color:#1d1d28;background:#fafafc}
@@ -339,6 +339,34 @@ def _bench_section(d: dict) -> str:
     return "".join(out)
 
 
+def _ane_share_section(d: dict) -> str:
+    """The manifest's ANE-eligible share (anetts.compile.ane_share): per stage, MACs per second of audio
+    and whether they count as Neural Engine work."""
+    share = d["manifest"].get("ane_share")
+    out = ["<section id='ane-share'><h2>ANE-eligible share</h2>"]
+    if not share:
+        out.append("<p class='muted'>not in this manifest (written by an older anetts)</p></section>")
+        return "".join(out)
+    if share.get("share") is None:
+        out.append(f"<p class='muted'>not defined for this build: {_h(share.get('undefined'))}</p></section>")
+        return "".join(out)
+    out.append(f"<p><b data-ane-share='{share['share']:.6f}'>{100 * share['share']:.1f} %</b> of the model's "
+               f"multiply-accumulates per second of audio: {format_count(share['eligible_macs_per_second'])} of "
+               f"{format_count(share['macs_per_second'])} MAC/s. {_h(share['definition'])}. Static, from the programs' "
+               "shapes and lint: only a compute plan on a Mac shows placement.</p>")
+    rows = []
+    for s in share["stages"]:
+        verdict = '<span class="pass">yes</span>' if s["eligible"] else '<span class="fail">no</span>'
+        rows.append([f'<span data-share-stage="{_h(s["stage"])}">{_h(s["stage"])}</span>',
+                     f"{_h(s['bucket'])} ({s['audio_seconds']:.3g} s)", format_count(s["macs"]),
+                     format_count(s["macs_per_second"]), _num(100 * s["share_of_total"], "{:.1f} %"),
+                     verdict, _h("; ".join(s["why_not"]) or "—")])
+    out.append(_table(["stage", "bucket (audio)", "MACs per call", "MACs per audio second", "share of all",
+                       "eligible", "why not"], rows, num_cols=(2, 3, 4)))
+    out.append("</section>")
+    return "".join(out)
+
+
 def _provenance_section(d: dict) -> str:
     out = ["<section id='provenance'><h2>Provenance</h2><p>Every figure above comes from a file carrying one of "
            "these blocks (commit, tool versions, machine).</p>"]
@@ -372,9 +400,10 @@ def render(d: dict) -> str:
                 + _table(["stage", "buckets", "deployment target", "precision", "compute units (hint)", "linear rewrite"], st_rows)
                 + f"<p class='muted'>weights: {_h(src.get('source') if isinstance(src, dict) else src)} "
                   f"{_h((man.get('weights') or {}).get('revision') or (man.get('weights') or {}).get('preset') or '')}</p></section>")
-    body = [overview, _parity_section(d), _listen_section(d), _packages_section(d), _build_section(d),
+    body = [overview, _ane_share_section(d), _parity_section(d), _listen_section(d), _packages_section(d), _build_section(d),
             _runtime_section(d), _bench_section(d), _provenance_section(d)]
-    nav = "".join(f'<a href="#{i}">{t}</a>' for i, t in (("overview", "Overview"), ("parity", "Parity"),
+    nav = "".join(f'<a href="#{i}">{t}</a>' for i, t in (("overview", "Overview"), ("ane-share", "ANE share"),
+                                                        ("parity", "Parity"),
                                                         ("listen", "Listening"),
                                                         ("packages", "Packages"), ("build", "Build"),
                                                         ("runtime", "Runtime"), ("bench", "On-device bench"),

@@ -74,6 +74,35 @@ def test_packages_show_their_ops_lint_and_bundle_ratios(model_dir, page):
         assert page.text[("ratio", path.stem)] == f"{ratio:.3f}"
 
 
+def test_ane_share_is_in_the_manifest_and_the_report(model_dir, page):
+    """Per stage MACs per audio second from the convert reports' MACs, at the largest bucket; eligible
+    only in CPU_AND_NE, fp16, lint-clean packages; the runtime's loader reads the manifest as before."""
+    from anetts.compile.ane_share import why_not_eligible
+    from anetts.models.kokoro.share import audio_seconds
+    from anetts.runtime.manifest import ModelArtifacts
+
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    share = manifest["ane_share"]
+    reports = {(r["stage"], r["bucket"]): r for r in _jsons(model_dir, "packages/*/*.json")}
+    assert {s["stage"] for s in share["stages"]} == {s for s, _ in reports}
+    for s in share["stages"]:
+        mine = {b: r for (st, b), r in reports.items() if st == s["stage"]}
+        seconds = {b: audio_seconds(s["stage"], r["geometry"]) for b, r in mine.items()}
+        assert s["bucket"] == max(seconds, key=seconds.get)
+        r = mine[s["bucket"]]
+        assert s["macs"] == r["macs"]["main"]["total"] > 0
+        assert s["macs_per_second"] == pytest.approx(s["macs"] / seconds[s["bucket"]])
+        units = manifest["stages"][s["stage"]]["compute_units"]
+        assert s["eligible"] == all(not why_not_eligible(units, x["precision"], x["lint"]) for x in mine.values())
+        assert page.text[("share-stage", s["stage"])] == s["stage"]
+    eligible = sum(s["macs_per_second"] for s in share["stages"] if s["eligible"])
+    assert share["share"] == pytest.approx(eligible / sum(s["macs_per_second"] for s in share["stages"]))
+    assert page.text[("ane-share", f"{share['share']:.6f}")] == f"{100 * share['share']:.1f} %"
+    for p in manifest["packages"]:
+        assert p["macs"] == {"main": reports[(p["stage"], p["bucket"])]["macs"]["main"]["total"]}
+    ModelArtifacts.load(model_dir)  # a key the loader does not know is left alone
+
+
 def test_generator_plot_and_audio_are_the_builds_own(model_dir, page):
     plot = [i for i in page.images if i.get("data-figure") == "waveform-diff"]
     assert len(plot) == 1

@@ -40,6 +40,8 @@ DECLARATION = FamilyDecl(
     reference_code=(f"{_K}/reference.py", f"{_K}/dsp.py", f"{_K}/data/example_phonemes.txt"),
     assets_code=(f"{_K}/assets.py", f"{_K}/weights.py"),
     audio=("generator", "waveform", 24000),
+    # seconds of audio per bucket, for the manifest's ANE-eligible share
+    audio_seconds="anetts.models.kokoro.share:audio_seconds",
     # the runtime end to end over the compiled packages vs upstream KModel (rule end_to_end)
     end_to_end_code=(f"{_K}/end_to_end.py", f"{_K}/runtime.py", f"{_K}/text.py", f"{_K}/dsp.py", f"{_K}/weights.py"),
     # the corpus through upstream and the build, judged by the listener models (rule listen)
