@@ -98,6 +98,13 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--header-timeout", type=float, default=SV.HEADER_TIMEOUT_S,
                     help=f"seconds a client may take to send a request's head (default {SV.HEADER_TIMEOUT_S:g})")
     sv.add_argument("--threads", type=int, default=None, help="torch threads (torch and mil backends)")
+    sv.add_argument("--voice-dir", type=Path, default=None, metavar="DIR",
+                    help="keep cloned voices (Fish) in DIR, one checksummed file each, across restarts (default: "
+                         "in memory, gone when the server stops)")
+    sv.add_argument("--max-voices", type=int, default=SV.MAX_VOICES,
+                    help=f"cloned voices per owner (API key) (default {SV.MAX_VOICES}, OpenAI's)")
+    sv.add_argument("--max-voice-bytes", type=int, default=SV.MAX_VOICE_BYTES,
+                    help=f"bytes of the whole voice store (default {SV.MAX_VOICE_BYTES >> 20} MiB)")
     sv.add_argument("-v", "--verbose", action="store_true", help="log more")
     sv.set_defaults(func=_serve)
 
@@ -337,7 +344,8 @@ def _serve(args) -> int:
            (("workers", args.workers, 1), ("queue", args.queue, 0), ("timeout", args.timeout, 0.001),
             ("max_body_bytes", args.max_body_bytes, 1), ("max_input_chars", args.max_input_chars, 1),
             ("port", args.port, 0), ("max_frames", args.max_frames or 1, 1),
-            ("header_timeout", args.header_timeout, 0.001)) if v < lo]
+            ("header_timeout", args.header_timeout, 0.001), ("max_voices", args.max_voices, 0),
+            ("max_voice_bytes", args.max_voice_bytes, 0)) if v < lo]
     if bad:
         print(f"anetts serve: error: {bad[0]}", file=sys.stderr)
         return 2
@@ -350,7 +358,8 @@ def _serve(args) -> int:
                          timeout=args.timeout, api_keys=keys, host=args.host, allowed_hosts=args.allowed_host,
                          cors_origins=args.cors_origin, max_body_bytes=args.max_body_bytes,
                          max_input_chars=args.max_input_chars, max_frames=args.max_frames, threads=args.threads,
-                         header_timeout=args.header_timeout)
+                         header_timeout=args.header_timeout, voice_dir=args.voice_dir, max_voices=args.max_voices,
+                         max_voice_bytes=args.max_voice_bytes)
     try:
         run(config, port=args.port, log_level="info" if args.verbose else "warning")
     except TTSError as e:
