@@ -256,3 +256,60 @@ def test_inline_references_speak_as_the_registered_clip_and_keep_nothing(tts, mo
         r = _speak(url, ref_audio=base64.b64encode(buf.getvalue()).decode(), ref_text="A reference.")
         assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio", r.text
         assert "2.97 s" in r.json()["error"]["message"]
+
+
+def test_the_cli_adds_lists_and_deletes_voices_on_a_running_server(tts, model_dir, clip, tmp_path, capsys):
+    from anetts.cli import main
+
+    (tmp_path / "a.keys").write_text(f"{KEY_A}\n")
+    (tmp_path / "b.keys").write_text(f"{KEY_B}\n")
+    (tmp_path / "ref.wav").write_bytes(clip)
+    voice_dir = tmp_path / "voices"
+    with live_server([tts], model_dir, max_frames=FRAMES, voice_dir=voice_dir, api_keys=(KEY_A, KEY_B)) as url:
+        a, b = ("--url", url, "--api-key-file", str(tmp_path / "a.keys")), ("--url", url, "--api-key-file",
+                                                                          str(tmp_path / "b.keys"))
+        assert main(["voices", "add", str(tmp_path / "ref.wav"), "--name", "cli voice", "--text", "A reference.",
+                     "--consent", "yes", *a]) == 0
+        voice_id = capsys.readouterr().out.split("\t")[0]
+        assert voice_id.startswith("voice_") and (voice_dir / f"{voice_id}{SUFFIX}").is_file()
+        assert main(["voices", "list", *a]) == 0
+        out = capsys.readouterr().out
+        assert f"{voice_id}\tcli voice\t" in out and "default\t(built)" in out
+        assert main(["voices", "list", *b]) == 0 and voice_id not in capsys.readouterr().out
+        assert main(["voices", "delete", voice_id, *b]) == 1 and "404" in capsys.readouterr().err
+        assert main(["voices", "list", "--url", url]) == 1 and "401" in capsys.readouterr().err
+        assert main(["voices", "delete", voice_id, *a]) == 0 and f"deleted {voice_id}" in capsys.readouterr().out
+        assert list(voice_dir.iterdir()) == []
+
+
+def test_the_page_lists_adds_and_deletes_voices(tts, model_dir, clip, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from report.test_report_browser import chromium_binary  # the report test's Chromium lookup
+
+    (tmp_path / "ref.wav").write_bytes(clip)
+    voice_dir = tmp_path / "voices"
+    with live_server([tts], model_dir, max_frames=FRAMES, voice_dir=voice_dir) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_binary(), args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.goto(url, wait_until="load")
+            page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'", timeout=30_000)
+            assert page.is_visible("#cloning") and page.eval_on_selector_all("#cloned li", "ls => ls.length") == 0
+            page.set_input_files("#clip", str(tmp_path / "ref.wav"))
+            page.fill("#cloneName", "page voice")
+            page.fill("#cloneText", "A reference.")
+            page.fill("#consent", "mine")
+            page.click("#register")
+            page.wait_for_function("() => document.querySelectorAll('#cloned li').length === 1", timeout=60_000)
+            voice_id = page.get_attribute("#cloned li", "data-id")
+            assert (voice_dir / f"{voice_id}{SUFFIX}").is_file()
+            assert decode_voice((voice_dir / f"{voice_id}{SUFFIX}").read_bytes(), "x").consent == "mine"
+            options = page.eval_on_selector_all("#voice option", "os => os.map(o => [o.value, o.text])")
+            assert options == [["default", "default"], [voice_id, "page voice"]]
+            page.click("#cloned li button")
+            page.wait_for_function("() => document.querySelectorAll('#cloned li').length === 0", timeout=30_000)
+            assert page.text_content("#status") == "deleted page voice"
+        finally:
+            browser.close()
+    assert list(voice_dir.iterdir()) == []
