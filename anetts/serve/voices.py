@@ -153,7 +153,7 @@ class VoiceStore:
     def _load(self) -> None:
         d = self.directory
         try:
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
             entries = sorted(d.iterdir())
         except OSError as e:
             from anetts.runtime.errors import TTSError
@@ -164,9 +164,9 @@ class VoiceStore:
                 if p.name.endswith(".tmp" + SUFFIX) and p.is_file():
                     p.unlink(missing_ok=True)
                 continue
-            if not p.name.endswith(SUFFIX):
-                continue
             try:
+                if not (p.name.endswith(SUFFIX) and ID_PATTERN.fullmatch(p.name[:-len(SUFFIX)])):
+                    raise VoiceFileError(f"{p.name}: not a voice file's name (voice_<16 hex>{SUFFIX}); left as it is")
                 if not p.is_file():
                     raise VoiceFileError(f"{p.name}: not a regular file")
                 data = p.read_bytes()
@@ -232,8 +232,10 @@ class VoiceStore:
             if self.directory is not None:
                 from anetts.artifacts import atomic_file
 
-                with atomic_file(self._path(v.id)) as tmp:
-                    tmp.write_bytes(data)
+                with atomic_file(self._path(v.id)) as tmp:  # readable by the server's user only
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
             self._voices[v.id], self._sizes[v.id] = v, len(data)
         return v
 

@@ -72,6 +72,7 @@ def test_fifty_voices_come_back_byte_equal_and_bad_files_are_refused_by_name(tmp
     made = [store.add(_voice(i, owner="key_a" if i % 3 else None)) for i in range(50)]
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert sorted(files) == sorted(f"{v.id}{SUFFIX}" for v in made)  # one file per voice, no temporaries
+    assert all(p.stat().st_mode & 0o077 == 0 for p in tmp_path.iterdir())  # the server's user's only
     again = VoiceStore(tmp_path, max_per_owner=100)
     assert len(again) == 50 and not again.refused
     for v in made:
@@ -85,12 +86,14 @@ def test_fifty_voices_come_back_byte_equal_and_bad_files_are_refused_by_name(tmp
     corrupt.write_bytes(bytes(data))
     foreign.write_bytes(b"RIFF....WAVEfmt " + b"\0" * 64)
     renamed.write_bytes(files[made[4].id + SUFFIX])  # a good voice under another voice's name
+    stray = tmp_path / "notes.txt"
+    stray.write_text("mine")
     caplog.set_level(logging.WARNING, "anetts.serve")
     third = VoiceStore(tmp_path, max_per_owner=100)
-    assert len(third) == 46 and len(third.refused) == 4
+    assert len(third) == 46 and len(third.refused) == 5 and stray.read_text() == "mine"
     warned = "\n".join(r.getMessage() for r in caplog.records)
     for p, why in ((truncated, "truncated"), (corrupt, "sha256"), (foreign, "not an ane-tts voice file"),
-                   (renamed, "not the one its name says")):
+                   (renamed, "not the one its name says"), (stray, "not a voice file's name")):
         assert any(p.name in r and why in r for r in third.refused), (p.name, third.refused)
         assert p.name in warned
     assert all(_same(third.get(v.id, v.owner), v) for v in made[4:])
