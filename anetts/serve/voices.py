@@ -215,7 +215,8 @@ class VoiceStore:
     def _room(self, owner: str | None, size: int) -> None:
         mine = sum(1 for v in self._voices.values() if v.owner == owner)
         if mine >= self.max_per_owner:
-            raise StoreFull("max_voices", f"this key has {mine} voices, the most this server keeps per owner "
+            raise StoreFull("max_voices", f"{'this key' if owner else 'this server'} has {mine} voices, the most "
+                                          f"this server keeps per owner "
                                           f"(--max-voices {self.max_per_owner}); delete one first")
         total = sum(self._sizes.values())
         if total + size > self.max_bytes:
