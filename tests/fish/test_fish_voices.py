@@ -316,3 +316,16 @@ def test_the_page_lists_adds_and_deletes_voices(tts, model_dir, clip, tmp_path):
         finally:
             browser.close()
     assert list(voice_dir.iterdir()) == []
+
+
+def test_a_foreign_page_cannot_delete_and_odd_ids_are_not_found(tts, model_dir, clip, tmp_path):
+    voice_dir = tmp_path / "voices"
+    (tmp_path / "outside.voice").write_text("keep me")
+    with live_server([tts], model_dir, max_frames=FRAMES, voice_dir=voice_dir) as url:
+        v = _register(openai_client(url), clip, "me")
+        r = httpx.delete(f"{url}/v1/audio/voices/{v.id}", headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed", r.text
+        for odd in ("..%2Foutside", "..%2F..%2Foutside.voice", "me", "voice_" + "0" * 16, v.id.upper()):
+            assert httpx.delete(f"{url}/v1/audio/voices/{odd}").status_code == 404, odd
+            assert httpx.get(f"{url}/v1/audio/voices/{odd}").status_code in (404,), odd
+        assert (voice_dir / f"{v.id}{SUFFIX}").is_file() and (tmp_path / "outside.voice").read_text() == "keep me"
