@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,8 +19,14 @@ from anetts.runtime.captions import spoken
 from anetts.runtime.errors import InputError, TTSError
 from anetts.runtime.planned import Planned
 from anetts.runtime.speech import Reference
-from anetts.serve.config import (MAX_BODY_BYTES, MAX_INSTRUCTIONS_CHARS, MAX_NAME_CHARS, MAX_REFERENCES,
-                                 MAX_TRANSCRIPT_CHARS, MAX_VOICE_CHARS)
+from anetts.serve.config import (
+    MAX_BODY_BYTES,
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REFERENCES,
+    MAX_TRANSCRIPT_CHARS,
+    MAX_VOICE_CHARS,
+)
 from anetts.serve.errors import APIError
 from anetts.serve.upload import ClipLimit
 from anetts.serve.voices import StoredVoice, StoreFull, VoiceStore
@@ -59,7 +65,7 @@ class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: Name
     input: str
-    voice: Union[VoiceSpec, VoiceRef, None] = None
+    voice: VoiceSpec | VoiceRef | None = None
     references: Annotated[list[InlineReference], Field(max_length=MAX_REFERENCES)] | None = None
     ref_audio: Base64 | None = None
     ref_text: Transcript | None = None

@@ -115,7 +115,7 @@ def decode_voice(data: bytes, where: str) -> StoredVoice:
             raise ValueError(f"codes of shape {shape}, not (codebooks, frames)")
         for k in ("id", "name", "text"):
             if not isinstance(d[k], str):
-                raise ValueError(f"{k} is not a string")
+                raise TypeError(f"{k} is not a string")
         if not ID_PATTERN.fullmatch(d["id"]):
             raise ValueError(f"id {d['id'][:40]!r} is not a voice id")
         if not (d["owner"] is None or isinstance(d["owner"], str)) or not (

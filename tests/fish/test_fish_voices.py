@@ -13,11 +13,19 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-
-from anetts.runtime.speech import Reference
-from anetts.serve.voices import SUFFIX, StoredVoice, StoreFull, VoiceStore, decode_voice, encode_voice, new_id
 from serve_helpers import live_server, openai_client
 from workflow_helpers import REPO
+
+from anetts.runtime.speech import Reference
+from anetts.serve.voices import (
+    SUFFIX,
+    StoredVoice,
+    StoreFull,
+    VoiceStore,
+    decode_voice,
+    encode_voice,
+    new_id,
+)
 
 MODEL = "fish-tiny"
 FRAMES = 6
@@ -287,8 +295,9 @@ def test_the_cli_adds_lists_and_deletes_voices_on_a_running_server(tts, model_di
 
 def test_the_page_lists_adds_and_deletes_voices(tts, model_dir, clip, tmp_path):
     from playwright.sync_api import sync_playwright
-
-    from report.test_report_browser import chromium_binary  # the report test's Chromium lookup
+    from report.test_report_browser import (
+        chromium_binary,  # the report test's Chromium lookup
+    )
 
     (tmp_path / "ref.wav").write_bytes(clip)
     voice_dir = tmp_path / "voices"
