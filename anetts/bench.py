@@ -29,7 +29,6 @@ import platform
 import random
 import re
 import resource
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import numpy as np
 
 from anetts import artifacts
 from anetts.provenance import provenance
+from anetts.runtime.placement import CANDIDATES, PlacementError, check_placement, chip_name
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS as BACKENDS
 
 log = logging.getLogger(__name__)
@@ -109,25 +109,6 @@ def peak_rss_bytes() -> int:
 
 
 # ---------------------------------------------------------------------------------- naming
-
-def chip_name() -> str:
-    """The processor as a person would name it: `Apple M2 Pro` on a Mac, the CPU model elsewhere."""
-    if sys.platform == "darwin":
-        try:
-            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                 check=True, timeout=10).stdout.strip()
-            if out:
-                return out
-        except (OSError, subprocess.SubprocessError):
-            pass
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
 
 def slug(text: str, limit: int = 40) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
@@ -209,8 +190,9 @@ def workload_module(family: str):
 def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None, iterations: int = 5,
               warmup: int = 2, seed: int = 0, targets=TARGETS_S, voice: str | None = None, speed: float | None = None,
               lang: str | None = None, upstream=UPSTREAM_DEVICES, threads: int | None = None,
-              compute_plan: bool = True) -> dict:
-    """Run the whole harness; returns the JSON-ready result (see the module docstring)."""
+              compute_plan: bool = True, placement: bool = False) -> dict:
+    """Run the whole harness; returns the JSON-ready result (see the module docstring). ``placement``:
+    also time each stage under every candidate compute unit (:func:`measure_placement`; Core ML only)."""
     from anetts.loader import load
     from anetts.runtime import ModelArtifacts
 
@@ -220,6 +202,10 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
         raise BenchError(f"--backend coreml needs macOS (Core ML runs only there); this platform is {sys.platform!r} "
                          f"({platform.system()} {platform.machine()}). Use --backend torch or --backend mil here, "
                          "and run the coreml bench on a Mac")
+    if placement and sys.platform != "darwin":
+        raise BenchError(f"--placement times each stage on Core ML's compute units {list(CANDIDATES)}: it needs "
+                         f"the coreml backend on macOS, and this platform is {sys.platform!r}; run it on a Mac and "
+                         "send the bench JSON back (docs/macos.md)")
     if iterations < 1 or warmup < 0:
         raise BenchError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     if backend not in (None, "auto", "coreml") and compute_units is not None:
@@ -231,6 +217,8 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
     tts = load(model_dir, backend=None if backend == "auto" else backend, threads=threads, compute_units=compute_units)
     runner, arts = tts.backend, tts.artifacts  # the runtime's Runner (anetts.runtime.runners)
     backend = runner.name
+    if placement and backend != "coreml":
+        raise BenchError(f"--placement times Core ML's compute units; the {backend} backend has none (use --backend coreml)")
     if backend != "coreml" and compute_units is not None:
         raise BenchError(f"--compute-units applies to the coreml backend only, not {backend!r}")
     entries = [arts.package(s, b) for s, b in sorted(arts.packages)]
@@ -294,6 +282,7 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
         stages[label]["warm"] = stats(samples[f"stage:{label}"])
 
     plan = _compute_plans(entries, runner) if compute_plan else {"available": False, "reason": "not requested"}
+    placed = measure_placement(arts, iterations, warmup) if placement else None
     return {
         "kind": BENCH_KIND,
         "schema": BENCH_SCHEMA,
@@ -312,6 +301,7 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
         "upstream": w.upstream,
         "memory": {"peak_rss_bytes_after_load": rss_after_load, "peak_rss_bytes": peak_rss_bytes()},
         "compute_plan": plan,
+        "placement": placed,
         "notes": ["times are wall seconds",
                   "load_s: backend load of the package (Core ML: load and on-device compile); "
                   "first_call_s: the first call of the function after it (a stateful function: on a fresh state)",
@@ -351,6 +341,47 @@ def _compute_plans(entries, runner) -> dict:
     return out
 
 
+def _plan_summary(path, units: str, function: str) -> dict | None:
+    from anetts.compile.inspect import compute_plan
+
+    plan = compute_plan(path, units)
+    fn = plan.get(function) or next(iter(plan.values()))
+    return {k: fn[k] for k in ("compute_units", "by_device", "cost_by_device", "ane_op_fraction")}
+
+
+def _largest(entries):
+    """The bucket whose inputs hold the most elements: the one a stage's speed matters most at."""
+    return max(entries, key=lambda e: sum(math.prod(d for d in t.shape if d) for t in e.inputs))
+
+
+def measure_placement(arts, iterations: int, warmup: int) -> dict:
+    """Each stage's largest bucket timed on Core ML under every unit of ``CANDIDATES`` (its first function,
+    ``warmup`` untimed calls, then the median of ``iterations``), with the compute plan of each; the
+    faster is chosen (anetts.runtime.placement says how the runtime uses it)."""
+    from anetts.runtime.runners import Runner
+
+    out = {"schema": 1, "iterations": iterations, "stages": {}}
+    for stage in sorted({s for s, _ in arts.packages}):
+        entry = _largest([arts.package(s, b) for s, b in arts.packages if s == stage])
+        fn, inputs = next(iter(example_calls(entry).items()))
+        timed = {}
+        for units in CANDIDATES:
+            program = Runner("coreml", arts, compute_units={stage: units}).program(stage, entry.bucket)
+            state = program.new_state(fn)
+            for _ in range(warmup):
+                program.run(fn, inputs, state)
+            median = stats([_timed(lambda: program.run(fn, inputs, state)) for _ in range(iterations)])["median_s"]
+            try:
+                plan = _plan_summary(entry.path, units, entry.function)
+            except Exception as err:  # noqa: BLE001 - MLComputePlan needs macOS 14.4+; keep the timing
+                plan = {"error": f"{type(err).__name__}: {err}"}
+            timed[units] = {"median_s": median, "plan": plan}
+            log.info("placement %s/%s %s: %.4f s", stage, entry.bucket, units, median)
+        out["stages"][stage] = {"bucket": entry.bucket, "chosen": min(timed, key=lambda u: timed[u]["median_s"]),
+                                "units": timed}
+    return check_placement(out, "the measured placement")
+
+
 # ---------------------------------------------------------------------------------- validation
 
 def validate_bench(data, where: str) -> dict:
@@ -369,6 +400,11 @@ def validate_bench(data, where: str) -> dict:
             if key not in s:
                 raise BenchError(f"{where}: stages[{i}] lacks {key!r}")
         _check_stats(s["warm"], f"{where}: stages[{i}].warm")
+    if data.get("placement") is not None:
+        try:
+            check_placement(data["placement"], where)
+        except PlacementError as e:
+            raise BenchError(str(e)) from None
     for i, r in enumerate(data["end_to_end"]):
         for key in ("target_s", "audio_s", "warm", "rtf_median"):
             if key not in r:
@@ -406,6 +442,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="upstream PyTorch devices timed side by side (default: cpu mps; none: --upstream)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (torch backend and upstream)")
     p.add_argument("--no-compute-plan", action="store_true", help="skip MLComputePlan placement (coreml)")
+    p.add_argument("--placement", action="store_true",
+                   help=f"coreml on macOS: also time each stage's largest bucket on {' and '.join(CANDIDATES)} and "
+                        "record the faster per stage; a Core ML runtime on this chip then uses it (docs/macos.md)")
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="JSON path (default <model-dir>/bench/<chip>-<backend>-<UTC>.json)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -426,7 +465,7 @@ def main(argv=None) -> int:
         result = run_bench(args.model_dir, args.backend, compute_units=cu, iterations=args.iterations,
                            warmup=args.warmup, seed=args.seed, targets=args.targets, voice=args.voice,
                            speed=args.speed, lang=args.lang, upstream=args.upstream, threads=args.threads,
-                           compute_plan=not args.no_compute_plan)
+                           compute_plan=not args.no_compute_plan, placement=args.placement)
         validate_bench(result, "bench result")
         when = _dt.datetime.strptime(result["created_utc"], "%Y-%m-%dT%H:%M:%SZ")
         out = args.output or bench_path(args.model_dir, result["chip"], result["backend"], when)

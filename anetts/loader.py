@@ -10,13 +10,17 @@ knows no family and no Hub. Importing this module imports no torch and no build 
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Mapping
 
 from anetts.families import declaration
 from anetts.runtime.errors import TTSError
 from anetts.runtime.manifest import ModelArtifacts
-from anetts.runtime.runners import Runner
+from anetts.runtime.placement import measured_placement
+from anetts.runtime.runners import Runner, default_executor
+
+log = logging.getLogger(__name__)
 
 # a model on the Hugging Face Hub (`hf://owner/name[@revision]`, anetts.publish.download) rather than a folder
 HF_SCHEME = "hf://"
@@ -42,6 +46,8 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
     class is the one the manifest's family declares (Kokoro: KokoroRuntime; Fish: FishRuntime).
     ``deployment_target`` (e.g. ``"macOS15"``): the oldest OS the caller supports; from macOS15/iOS18
     on each stage runs from its multifunction bundle, otherwise (and by default) from per-bucket packages.
+    Core ML with no ``compute_units``: a stage runs on the units ``anetts bench --placement`` chose for it on
+    this chip, where the model's bench folder holds such a record (:func:`placed_units`).
     """
     resolves_inside = None
     if isinstance(model_dir, str) and model_dir.startswith(HF_SCHEME):
@@ -51,7 +57,23 @@ def load(model_dir: str | Path = DEFAULT_MODEL_DIR, backend: str | None = None, 
         model_dir, resolves_inside = hub.model_dir, hub.repo_cache  # its files are links into the cache's blobs
     artifacts = ModelArtifacts.load(model_dir, deployment_target=deployment_target, resolves_inside=resolves_inside)
     cls = runtime_class(artifacts.family)  # before the backend loads any package
+    if compute_units is None:
+        compute_units = placed_units(artifacts, backend)
     return cls(artifacts, Runner(backend, artifacts, threads=threads, compute_units=compute_units))
+
+
+def placed_units(artifacts: ModelArtifacts, backend: str | None) -> dict[str, str] | None:
+    """Core ML: the compute units per stage that ``anetts bench --placement`` chose on this chip
+    (:mod:`anetts.runtime.placement`), or None (then the manifest's per-stage units apply)."""
+    executor = default_executor(artifacts.torchscript_faithful) if backend in (None, "auto") else backend
+    if executor != "coreml":
+        return None
+    placed = measured_placement(artifacts.model_dir)
+    if placed is None:
+        return None
+    log.info("compute units per stage from the placement measured on %s at %s (%s): %s", placed["chip"],
+             placed["created_utc"], placed["file"], placed["units"])
+    return placed["units"]
 
 
 def runtime_class(family: str):

@@ -27,6 +27,7 @@ from anetts.artifacts import file_sha256, manifest_path, tree_sha256, write_json
 from anetts.loader import HF_SCHEME
 from anetts.publish.errors import PublishError
 from anetts.runtime.manifest import manifest_paths  # torch-free, like the rest of the manifest reader
+from anetts.runtime.placement import placement_records
 from anetts.units import format_bytes
 
 LAYOUT_VERSION = 1
@@ -149,7 +150,27 @@ def _link_or_copy(src: Path, dst: Path) -> bool:
 
 # ------------------------------------------------------------------------------------------ card
 
-def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: str, variants: dict) -> str:
+def placement_lines(records: list[dict]) -> list[str]:
+    """The card's section on placement measured on Macs (``anetts bench --placement``), if any."""
+    if not records:
+        return []
+    lines = ["## Placement measured on a Mac", "",
+             "`anetts bench --placement`: each stage's largest bucket timed under Core ML on the Neural Engine "
+             "(`CPU_AND_NE`) and on the GPU (`CPU_AND_GPU`); a Core ML runtime on the same chip runs each stage on "
+             "the faster.", "", "| chip | measured | stage | bucket | CPU_AND_NE s | CPU_AND_GPU s | ANE op fraction | chosen |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        for stage, st in r["placement"]["stages"].items():
+            units = st["units"]
+            t = [f"{units[u]['median_s']:.4f}" if u in units else "" for u in ("CPU_AND_NE", "CPU_AND_GPU")]
+            frac = (units.get("CPU_AND_NE", {}).get("plan") or {}).get("ane_op_fraction")
+            lines.append(f"| {r['chip']} | {r['created_utc']} | {stage} | {st['bucket']} | {t[0]} | {t[1]} | "
+                         f"{'' if frac is None else f'{frac:.2f}'} | {st['chosen']} |")
+    return [*lines, ""]
+
+
+def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: str, variants: dict,
+               placements: list[dict] = ()) -> str:
     model, family = manifest["model"], manifest.get("family", "kokoro")
     lic = FAMILY_LICENSES[family]
     w = manifest.get("weights", {})
@@ -190,7 +211,8 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
     machine = summary.get("provenance", {}).get("machine", {})
     lines += ["", f"Verified on {machine.get('system')} {machine.get('machine')}: the packages' own ML Programs were run "
               f"by the ane-tts MIL reference executor" + (" and by Core ML." if ran_coreml else
-              "; Core ML itself did not run (it needs macOS), so device timings and ANE placement are unmeasured."), "",
+              ("; Core ML did not run in it (it needs macOS); placement measured on a Mac is below." if placements else
+              "; Core ML itself did not run (it needs macOS), so device timings and ANE placement are unmeasured.")), "",
               "## Packages", "", "| stage | bucket | path | size | deployment target | compute units |", "|---|---|---|---|---|---|"]
     for p in manifest.get("packages", []):
         lines.append(f"| {p['stage']} | {p['bucket']} | `{model}/{p['path']}` | {format_bytes(p['bytes'])} | "
@@ -199,7 +221,7 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
         lines.append(f"| {b['stage']} | {', '.join(b.get('buckets', {}))} (bundle) | `{model}/{b['path']}` | "
                      f"{format_bytes(b['bytes'])} | macOS15 | |")
     sizes = {v: sum(files[f"{model}/{f}"] for f in fs) for v, fs in variants.items()}
-    lines += ["", "## Variants", "",
+    lines += ["", *placement_lines(list(placements)), "## Variants", "",
               *(f"- `{v}`: {len(fs)} files, {format_bytes(sizes[v])}" for v, fs in variants.items()), "",
               "`coreml` is what Core ML needs (macOS 13+, bundles macOS 15+); `torch` adds the TorchScript exports "
               "the runtime runs on Linux. `anetts.load` downloads only the variant its backend needs.", "",
@@ -239,7 +261,8 @@ def stage_tree(model_dir: Path, out: Path, repo_id: str, gated: tuple[dict, dict
         (tmp / ".gitattributes").write_text(GITATTRIBUTES, encoding="utf-8")
         files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in tmp.rglob("*") if p.is_file()}
         repo_variants = {v: [f"{model}/{f}" for f in fs] for v, fs in variants.items()}
-        (tmp / "README.md").write_text(model_card(manifest, summary, files, repo_id, variants), encoding="utf-8")
+        (tmp / "README.md").write_text(model_card(manifest, summary, files, repo_id, variants,
+                                                        placement_records(model_dir)), encoding="utf-8")
         listed = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         publish_manifest = {
             "layout_version": LAYOUT_VERSION,

@@ -335,6 +335,19 @@ def _bench_section(d: dict) -> str:
                   _num(v.get("ane_op_fraction"), "{:.2f}")] for k, v in plan.get("packages", {}).items()], num_cols=(3,)))
         elif plan:
             out.append(f"<p class='muted'>compute plan: {_h(plan.get('reason'))}</p>")
+        placed = b.get("placement")
+        if placed:
+            rows = []
+            for stage, st in placed["stages"].items():
+                ne, gpu = (st["units"].get(u, {}) for u in ("CPU_AND_NE", "CPU_AND_GPU"))
+                rows.append([_h(stage), _h(st["bucket"]), _num(ne.get("median_s"), "{:.4f}"), _num(gpu.get("median_s"), "{:.4f}"),
+                             _h(((ne.get("plan") or {}).get("by_device")) or (ne.get("plan") or {}).get("error") or "—"),
+                             _num((ne.get("plan") or {}).get("ane_op_fraction"), "{:.2f}"),
+                             f"<b data-placement='{_h(stage)}'>{_h(st['chosen'])}</b>"])
+            out.append("<b>Placement (<code>--placement</code>: each stage's largest bucket on the Neural Engine and "
+                       "on the GPU; a Core ML runtime on this chip runs each stage on the faster)</b>" + _table(
+                ["stage", "bucket", "CPU_AND_NE median s", "CPU_AND_GPU median s", "CPU_AND_NE plan: ops by device",
+                 "ANE op fraction", "chosen"], rows, num_cols=(2, 3, 5)))
     out.append("</section>")
     return "".join(out)
 

@@ -247,7 +247,8 @@ class Slot:
     async def steps(self, make: Callable[[], Iterator], stop: Callable[[], Awaitable[bool]] | None = None):
         """Items of the iterator ``make()`` returns, each made in the pool's thread. A next item is not
         begun when the last one's time would carry the request past its deadline (TimedOut), or when
-        ``stop()`` (the client's disconnect) says so (ClientGone)."""
+        ``stop()`` (the client's disconnect) says so (ClientGone). An item whose ``is_last`` is true ends
+        the walk: nothing is left to begin, so no time is checked for it."""
         it = await self.call(make)
         last = 0.0
         while True:
@@ -260,6 +261,10 @@ class Slot:
             last = time.monotonic() - t0
             if item is _DONE:
                 self._completed = True
+                return
+            if getattr(item, "is_last", False):
+                self._completed = True
+                yield item
                 return
             yield item
 

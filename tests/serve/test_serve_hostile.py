@@ -312,6 +312,27 @@ def test_steps_stop_before_the_deadline_not_after():
     assert got == [0, 1, 2] and took < 1.0, (got, took)
 
 
+def test_the_last_step_ends_the_request_however_long_it_took():
+    """No deadline check follows a request's last piece: nothing is left to begin. (A one-chunk request
+    that took more than half its timeout was a 504 after its audio was made.)"""
+    from types import SimpleNamespace
+
+    from anetts.serve.pool import ModelPool
+
+    def one_slow_piece():
+        time.sleep(0.6)
+        yield SimpleNamespace(is_last=True)
+
+    async def run():
+        pool = ModelPool([object()], queue=0, timeout=1.0)
+        slot = await pool.acquire(time.monotonic() + 1.0)
+        got = [item async for item in slot.steps(one_slow_piece)]
+        slot.release()
+        return got
+
+    assert len(asyncio.run(run())) == 1
+
+
 def test_a_client_that_gives_up_while_queued_leaves_the_queue(tts, model_dir):
     with live_server([tts], model_dir, queue=2) as url:
         body = _speech(input=" ".join([THREE] * 3), stream_format="audio")
