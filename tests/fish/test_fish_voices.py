@@ -7,14 +7,12 @@ from __future__ import annotations
 import base64
 import io
 import logging
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
 from serve_helpers import live_server, openai_client
-from workflow_helpers import REPO
 
 from anetts.runtime.speech import Reference
 from anetts.serve.voices import (
@@ -30,15 +28,6 @@ from anetts.serve.voices import (
 MODEL = "fish-tiny"
 FRAMES = 6
 KEY_A, KEY_B = "key-a-0123456789", "key-b-0123456789"
-
-
-@pytest.fixture(scope="module")
-def model_dir(request) -> Path:
-    """The checkout's built fish-tiny when there is one (no build), else the session's build."""
-    built = REPO / "artifacts" / MODEL
-    if (built / "manifest.json").is_file():
-        return built
-    return request.getfixturevalue("fish_build") / "artifacts" / MODEL
 
 
 @pytest.fixture(scope="module")
