@@ -98,8 +98,36 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--header-timeout", type=float, default=SV.HEADER_TIMEOUT_S,
                     help=f"seconds a client may take to send a request's head (default {SV.HEADER_TIMEOUT_S:g})")
     sv.add_argument("--threads", type=int, default=None, help="torch threads (torch and mil backends)")
+    sv.add_argument("--voice-dir", type=Path, default=None, metavar="DIR",
+                    help="keep cloned voices (Fish) in DIR, one checksummed file each, across restarts (default: "
+                         "in memory, gone when the server stops)")
+    sv.add_argument("--max-voices", type=int, default=SV.MAX_VOICES,
+                    help=f"cloned voices per owner (API key) (default {SV.MAX_VOICES}, OpenAI's)")
+    sv.add_argument("--max-voice-bytes", type=int, default=SV.MAX_VOICE_BYTES,
+                    help=f"bytes of the whole voice store (default {SV.MAX_VOICE_BYTES >> 20} MiB)")
     sv.add_argument("-v", "--verbose", action="store_true", help="log more")
     sv.set_defaults(func=_serve)
+
+    vo = sub.add_parser("voices", allow_abbrev=False, help="list, add and delete cloned voices on a running server",
+                        description="Cloned voices (Fish) of a running `anetts serve`: list them, register a "
+                                    "reference clip, delete one. The key (if the server wants one) comes from "
+                                    "--api-key-file or $ANETTS_API_KEY, never the command line.")
+    vsub = vo.add_subparsers(dest="voices_command", required=True)
+    for name, what in (("list", "the built voices and your cloned ones"), ("add", "register a reference clip"),
+                       ("delete", "delete one of your cloned voices")):
+        v = vsub.add_parser(name, allow_abbrev=False, help=what)
+        v.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+        v.add_argument("--api-key-file", type=Path, default=None, metavar="FILE",
+                       help="the key to send: the first in FILE (default: $ANETTS_API_KEY, if set)")
+        v.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer (default 300)")
+        if name == "add":
+            v.add_argument("clip", type=Path, help="the reference clip (wav, flac or ogg at the model's rate)")
+            v.add_argument("--name", required=True, help="the voice's name")
+            v.add_argument("--text", required=True, help="the clip's transcript")
+            v.add_argument("--consent", default=None, help="a consent note, kept with the voice")
+        if name == "delete":
+            v.add_argument("voice_id", help="the voice's id (voice_...)")
+    vo.set_defaults(func=_voices)
 
     m = sub.add_parser("run-mil", help="run an .mlpackage with the MIL reference executor (anetts.mil.cli)",
                        add_help=False)
@@ -337,7 +365,8 @@ def _serve(args) -> int:
            (("workers", args.workers, 1), ("queue", args.queue, 0), ("timeout", args.timeout, 0.001),
             ("max_body_bytes", args.max_body_bytes, 1), ("max_input_chars", args.max_input_chars, 1),
             ("port", args.port, 0), ("max_frames", args.max_frames or 1, 1),
-            ("header_timeout", args.header_timeout, 0.001)) if v < lo]
+            ("header_timeout", args.header_timeout, 0.001), ("max_voices", args.max_voices, 0),
+            ("max_voice_bytes", args.max_voice_bytes, 0)) if v < lo]
     if bad:
         print(f"anetts serve: error: {bad[0]}", file=sys.stderr)
         return 2
@@ -350,12 +379,64 @@ def _serve(args) -> int:
                          timeout=args.timeout, api_keys=keys, host=args.host, allowed_hosts=args.allowed_host,
                          cors_origins=args.cors_origin, max_body_bytes=args.max_body_bytes,
                          max_input_chars=args.max_input_chars, max_frames=args.max_frames, threads=args.threads,
-                         header_timeout=args.header_timeout)
+                         header_timeout=args.header_timeout, voice_dir=args.voice_dir, max_voices=args.max_voices,
+                         max_voice_bytes=args.max_voice_bytes)
     try:
         run(config, port=args.port, log_level="info" if args.verbose else "warning")
     except TTSError as e:
         print(f"anetts serve: error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _voices(args) -> int:
+    import httpx
+
+    from anetts.serve.guard import read_keys
+
+    try:
+        keys = read_keys(args.api_key_file)
+    except ValueError as e:
+        print(f"anetts voices: error: {e}", file=sys.stderr)
+        return 2
+    headers = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
+    base = args.url.rstrip("/") + "/v1/audio/voices"
+    try:
+        with httpx.Client(headers=headers, timeout=args.timeout) as client:
+            if args.voices_command == "list":
+                r = client.get(base)
+            elif args.voices_command == "add":
+                try:
+                    data = args.clip.read_bytes()
+                except OSError as e:
+                    print(f"anetts voices: error: cannot read {args.clip}: {e.strerror}", file=sys.stderr)
+                    return 2
+                form = {"name": args.name, "text": args.text, **({"consent": args.consent} if args.consent else {})}
+                r = client.post(base, files={"audio_sample": (args.clip.name, data)}, data=form)
+            else:
+                r = client.delete(f"{base}/{args.voice_id}")
+    except httpx.HTTPError as e:
+        print(f"anetts voices: error: {args.url}: {e}", file=sys.stderr)
+        return 1
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    if r.status_code >= 400 or not isinstance(body, dict):
+        msg = body.get("error", {}).get("message") if isinstance(body, dict) else None
+        print(f"anetts voices: error: {r.status_code} {msg or r.text[:200]}", file=sys.stderr)
+        return 1
+    if args.voices_command == "list":
+        cloned = {v["id"] for v in body.get("data", [])}
+        for v in body.get("data", []):
+            print(f"{v['id']}\t{v['name']}\t{v['created_at']}")
+        for name in body.get("voices", []):
+            if name not in cloned:
+                print(f"{name}\t(built)")
+    elif args.voices_command == "add":
+        print(f"{body['id']}\t{body['name']}\t{body['created_at']}")
+    else:
+        print(f"deleted {body['id']}")
     return 0
 
 

@@ -3,6 +3,7 @@
     POST /v1/audio/speech      OpenAI's fields; whole files, `stream_format` audio (bytes as made) or sse
     GET  /v1/audio/voices      the voices (Kokoro: built ones, blends "a(0.7)+b(0.3)"; Fish: registered clips)
     POST /v1/audio/voices      Fish: register a reference clip and its transcript (multipart), get an id
+    GET, DELETE /v1/audio/voices/{id}   Fish: the caller's voice (store, owners, caps: anetts.serve.voices)
     GET  /v1/models, /health, / (a page that speaks while it streams)
 
 Settings and limits: :mod:`anetts.serve.config` (no web framework imported); checks before a body is

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import json
 import logging
 import time
@@ -25,8 +26,9 @@ from anetts.serve.encode import FormatError, StreamEncoder, check_format, encode
 from anetts.serve.errors import APIError, error_body, install
 from anetts.serve.config import MAX_NAME_CHARS, MAX_TRANSCRIPT_CHARS, ServeConfig
 from anetts.serve.pool import Busy, ClientGone, ModelPool, Slot, TimedOut, TooLong
-from anetts.serve.speech import OPENAI_MODELS, Speaker, SpeechRequest
+from anetts.serve.speech import OPENAI_MODELS, Speaker, SpeechRequest, cap_error
 from anetts.serve.upload import ClipError, ClipReader, read_clip
+from anetts.serve.voices import ID_PATTERN, VoiceStore
 
 log = logging.getLogger("anetts.serve")
 
@@ -75,7 +77,16 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                      for _ in range(config.workers)]
     first = instances[0]
     model_id = first.artifacts.manifest.get("model") or Path(config.model_dir).name
-    speaker = Speaker(model_id, first, options={"max_frames": config.max_frames})
+    store = VoiceStore(config.voice_dir, max_per_owner=config.max_voices, max_bytes=config.max_voice_bytes)
+    speaker = Speaker(model_id, first, options={"max_frames": config.max_frames}, store=store)
+    if first.capabilities.cloning:
+        if store.persistent:
+            log.warning("cloned voices are kept in %s (%d loaded, %d files refused)", store.directory, len(store),
+                        len(store.refused))
+        else:
+            log.warning("cloned voices are kept in memory only (no --voice-dir): they are gone when the server stops")
+    if not config.api_keys:
+        log.warning("no API keys: a single-user server; every client sees, uses and deletes every cloned voice")
     pool = ModelPool(instances, config.queue, config.timeout)
     for inst in instances:  # the G2P and the smallest buckets, timed: the pool's first speed estimate
         pool.calibrate(speaker.warmup(inst))
@@ -98,7 +109,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
-        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(guard.HostCheck, hosts=guard.allowed_hosts(config.host, config.allowed_hosts))
     app.add_middleware(guard.ErrorBoundary)
@@ -116,10 +127,47 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
         except ClientGone as e:  # nobody reads the answer; 499 is what the log shows
             raise APIError(499, str(e), code="client_closed_request") from None
 
-    async def planned(slot: Slot, req: SpeechRequest, streaming: bool):
+    def owner_of(request: Request) -> str | None:
+        """The owner id guard.KeyCheck found for the request's key; None on a server without keys."""
+        return (request.scope.get("state") or {}).get("owner")
+
+    async def decoded_clip(slot: Slot, data: bytes, filename: str | None, param: str, what: str):
+        """(clip, rate) of uploaded bytes, read in the child process within this model's clip limit."""
+        try:  # header first, decode bounded by it, in a child process (anetts.serve.upload)
+            return await clips.call(read_clip, data, filename, speaker.reference_limit(slot.model), param,
+                                    what=what)
+        except ClipError as e:
+            raise APIError(400, str(e), param=param) from None
+
+    async def voice_for(slot: Slot, req: SpeechRequest, request: Request):
+        """What the runtime takes as the request's voice: the inline reference, encoded for this request
+        only (nothing is kept), else the voice named, among the built ones and the caller's own."""
+        inline = req.inline()
+        if inline is None:
+            return await slot.call(speaker.voice, slot.model, req.voice_id, owner_of(request))
+        param, audio_b64, text = inline
+        text_param = "references" if param == "references" else "ref_text"
+        if not speaker.capabilities.cloning:
+            raise APIError(400, f"{param}: {model_id} ({speaker.family}) does not clone voices; its voices are the "
+                                "built ones (GET /v1/audio/voices)", param=param)
+        if req.voice_id is not None and req.voice_id != speaker.default_voice():
+            raise APIError(400, f"voice {req.voice_id[:80]!r} and an inline reference ({param}): give one of them",
+                           param="voice")
+        if not text.strip():
+            raise APIError(400, f"{text_param}: the transcript of the reference clip is empty", param=text_param)
+        try:
+            data = base64.b64decode(audio_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise APIError(400, f"{param}: the audio is not base64", param=param) from None
+        await slot.call(speaker.check_transcript, slot.model, text, text_param)
+        clip, rate = await decoded_clip(slot, data, None, param, f"the {param} audio")
+        return await slot.call(speaker.reference, slot.model, text, clip, rate, param, text_param)
+
+    async def planned(slot: Slot, req: SpeechRequest, streaming: bool, request: Request):
         """``req`` planned on the slot's instance, its work checked against the time the request has."""
-        await slot.call(speaker.check, slot.model, req)
-        chunks = await slot.call(speaker.start, slot.model, req, streaming)
+        voice = await voice_for(slot, req, request)
+        await slot.call(speaker.check, slot.model, req, voice)
+        chunks = await slot.call(speaker.start, slot.model, req, streaming, voice)
         try:
             slot.fits(chunks)
         except TooLong as e:
@@ -144,10 +192,29 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
         return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0, "owned_by": "ane-tts"}]}
 
     @app.get("/v1/audio/voices")
-    async def voices():
-        caps = speaker.capabilities
-        return {"voices": speaker.voices(), "default": speaker.default_voice(), "family": speaker.family,
-                "blending": caps.blending, "cloning": caps.cloning, "timestamps": caps.timestamps, "speed": caps.speed}
+    async def voices(request: Request):
+        caps, owner = speaker.capabilities, owner_of(request)
+        return {"voices": speaker.voices(owner), "default": speaker.default_voice(), "family": speaker.family,
+                "blending": caps.blending, "cloning": caps.cloning, "timestamps": caps.timestamps, "speed": caps.speed,
+                "object": "list", "data": [v.public() for v in store.list(owner)]}
+
+    def not_found(voice_id: str) -> APIError:
+        return APIError(404, f"no voice {voice_id[:80]!r} here", param="voice_id", code="voice_not_found",
+                        type="not_found_error")
+
+    @app.get("/v1/audio/voices/{voice_id}")
+    async def get_voice(voice_id: str, request: Request):
+        v = store.get(voice_id, owner_of(request)) if ID_PATTERN.fullmatch(voice_id) else None
+        if v is None:  # another owner's voice is one that does not exist
+            raise not_found(voice_id)
+        return v.public()
+
+    @app.delete("/v1/audio/voices/{voice_id}")
+    async def delete_voice(voice_id: str, request: Request):
+        if not (ID_PATTERN.fullmatch(voice_id)
+                and await asyncio.to_thread(store.delete, voice_id, owner_of(request))):
+            raise not_found(voice_id)
+        return {"id": voice_id, "object": "audio.voice", "deleted": True}
 
     @app.post("/v1/audio/voices")
     async def register_voice(request: Request, audio_sample: UploadFile = File(...),
@@ -164,17 +231,15 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
             raise APIError(400, "text (the transcript of the reference clip) is empty", param="text")
         if not name.strip():
             raise APIError(400, "name is empty", param="name")
+        owner = owner_of(request)
+        cap_error(store.check_room, owner)  # a full store is said before the upload is read or encoded
         slot = await held(request)
         try:
             await slot.call(speaker.check_transcript, slot.model, text)
             data = await audio_sample.read()  # at most the body limit
-            try:  # header first, decode bounded by it, in a child process (anetts.serve.upload)
-                clip, rate = await clips.call(read_clip, data, audio_sample.filename,
-                                              speaker.reference_limit(slot.model),
-                                              what=f"audio_sample {str(audio_sample.filename)[:80]!r}")
-            except ClipError as e:
-                raise APIError(400, str(e), param="audio_sample") from None
-            voice = await slot.call(speaker.register, slot.model, name, text, clip, rate)
+            clip, rate = await decoded_clip(slot, data, audio_sample.filename, "audio_sample",
+                                            f"audio_sample {str(audio_sample.filename)[:80]!r}")
+            voice = await slot.call(speaker.register, slot.model, name, text, clip, rate, owner, consent)
         except TimedOut as e:
             raise APIError(504, str(e), code="timeout", type="server_error") from None
         finally:
@@ -205,7 +270,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
         """The whole response's bytes and words, with upstream's chunking (as the CLI)."""
         slot = await held(request)
         try:
-            chunks = await planned(slot, req, False)
+            chunks = await planned(slot, req, False, request)
             pieces = [p async for p in slot.steps(lambda: chunks, stop=request.is_disconnected)]
         except TimedOut as e:
             raise APIError(504, str(e), code="timeout", type="server_error") from None
@@ -240,7 +305,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
 
         slot = await held(request)
         try:
-            chunks = await planned(slot, req, True)
+            chunks = await planned(slot, req, True, request)
             pieces = slot.steps(lambda: chunks)
             first_piece = await anext(pieces)  # input errors surface here, before any header is sent
         except TimedOut as e:

@@ -18,6 +18,9 @@ MAX_BODY_BYTES = 16 << 20  # a 30 s reference clip as 44.1 kHz float wav is ~5 M
 TIMEOUT_S = 120.0  # per request, waiting included
 QUEUE = 8  # requests that may wait for a worker; more get 429
 HEADER_TIMEOUT_S = 10.0  # to send a request's head, from its first byte
+MAX_VOICES = 20  # cloned voices per owner (an API key; the one user of a server without keys): OpenAI's
+MAX_VOICE_BYTES = 256 << 20  # the voice store, all owners (a 30 s reference is ~30 KB of codes)
+MAX_REFERENCES = 1  # inline references in one speech request
 
 
 @dataclass
@@ -36,3 +39,6 @@ class ServeConfig:
     max_frames: int | None = None  # Fish: most frames per text chunk
     threads: int | None = None
     header_timeout: float = HEADER_TIMEOUT_S
+    voice_dir: Path | None = None  # where cloned voices are kept (anetts.serve.voices); None: in memory
+    max_voices: int = MAX_VOICES
+    max_voice_bytes: int = MAX_VOICE_BYTES

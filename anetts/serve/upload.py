@@ -38,14 +38,15 @@ class ClipLimit:
     max_channels: int = 2
 
 
-def read_clip(data: bytes, filename: str | None, limit: ClipLimit) -> tuple[np.ndarray, int]:
-    """(samples, rate) of an uploaded clip, (n,) or (n, channels) float32; ClipError otherwise."""
+def read_clip(data: bytes, filename: str | None, limit: ClipLimit, field: str = "audio_sample") -> tuple[np.ndarray, int]:
+    """(samples, rate) of an uploaded clip, (n,) or (n, channels) float32; ClipError (naming ``field``,
+    the request's field that sent it, and the file name if any) otherwise."""
     import soundfile as sf
 
-    shown = repr(str(filename)[:80]) if filename else "the upload"
+    shown = field + (f" {str(filename)[:80]!r}" if filename else " the upload" if field == "audio_sample" else "")
 
     def bad(why: str) -> ClipError:
-        return ClipError(f"audio_sample {shown}: {why}")
+        return ClipError(f"{shown}: {why}")
 
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:

@@ -210,6 +210,15 @@ def test_malformed_bodies_and_paths(server):
     assert "does not clone voices" in _error(r, 400, "audio_sample")
 
 
+@pytest.mark.parametrize("body, param", [
+    ({"references": [{"audio": "UklGRg==", "text": "Hi."}]}, "references"),
+    ({"ref_audio": "UklGRg==", "ref_text": "Hi."}, "ref_audio"),
+])
+def test_inline_references_are_refused_by_a_model_that_does_not_clone(server, body, param):
+    r = httpx.post(f"{server}/v1/audio/speech", json={"model": MODEL, "input": "Hi.", **body})
+    assert "does not clone voices" in _error(r, 400, param)
+
+
 def test_openai_client_sees_the_error(client):
     import openai
 

@@ -41,6 +41,9 @@ def test_readme_states_the_servers_limits():
 
     assert _number(rows["a word in `input` (Kokoro, languages with spaces)"][0]) == MAX_WORD_CHARS
     assert _number(rows["a reference clip's transcript (Fish)"][0]) == C.MAX_TRANSCRIPT_CHARS
+    assert _number(rows["cloned voices per owner (Fish)"][0]) == C.MAX_VOICES
+    assert _number(rows["the voice store, all owners (Fish)"][0]) * (1 << 20) == C.MAX_VOICE_BYTES
+    assert _number(rows["inline references in one speech request (Fish)"][0]) == C.MAX_REFERENCES
 
 
 def test_the_flags_named_have_those_defaults():
@@ -49,7 +52,8 @@ def test_the_flags_named_have_those_defaults():
     serve = _parser()._subparsers._group_actions[0].choices["serve"]
     defaults = {a.option_strings[0]: a.default for a in serve._actions if a.option_strings}
     flags = {"--max-input-chars": C.MAX_INPUT_CHARS, "--max-body-bytes": C.MAX_BODY_BYTES, "--timeout": C.TIMEOUT_S,
-             "--queue": C.QUEUE, "--header-timeout": C.HEADER_TIMEOUT_S}
+             "--queue": C.QUEUE, "--header-timeout": C.HEADER_TIMEOUT_S, "--max-voices": C.MAX_VOICES,
+             "--max-voice-bytes": C.MAX_VOICE_BYTES}
     named = {re.match(r"`(--[\w-]+)`", flag).group(1) for _, flag in _rows().values() if flag}
     assert named == set(flags)
     assert {f: defaults[f] for f in flags} == flags
