@@ -160,7 +160,6 @@ def swap_sensitivity(root: Path, model: str, stage: str, preset: str) -> list[di
     a save / load per tensor; a screen only: rows carry no package bytes, the chosen set is re-run as a
     package trial.
     """
-    import numpy as np
     import torch
 
     from anetts.gate import score as _score

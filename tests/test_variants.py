@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_helpers import REPO, make_workflow_copy, run_snakemake, small_config
+from workflow_helpers import REPO, run_snakemake, small_config
 
 
 def _variant_config(variants: dict) -> dict:

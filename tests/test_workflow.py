@@ -197,7 +197,6 @@ def test_a_deleted_package_is_rebuilt_although_the_manifest_is_there(built_workf
 
 def test_repair_of_a_read_only_model_dir_is_a_clear_error_and_removes_nothing(built_workflow, tmp_path):
     import os
-    import shutil
     import subprocess
     import sys
 

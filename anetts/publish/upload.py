@@ -10,7 +10,6 @@ compare it with the remote.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -4,10 +4,8 @@ against upstream, the compiled chain gated; the bucketed codec with its bundle),
 expands repeated stages per model."""
 from __future__ import annotations
 
-import copy
 import json
 import re
-import shutil
 import sys
 
 import numpy as np

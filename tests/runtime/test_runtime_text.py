@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import pytest
 
 from anetts.models.kokoro.runtime import KokoroRuntime
 from anetts.runtime.audio import join_continuity
