@@ -198,14 +198,14 @@ def run_bench(model_dir: Path, backend: str | None = None, *, compute_units=None
 
     if backend is not None and backend != "auto" and backend not in BACKENDS:
         raise BenchError(f"--backend {backend!r}: choose from {list(BACKENDS)}")
-    if backend == "coreml" and sys.platform != "darwin":
-        raise BenchError(f"--backend coreml needs macOS (Core ML runs only there); this platform is {sys.platform!r} "
-                         f"({platform.system()} {platform.machine()}). Use --backend torch or --backend mil here, "
-                         "and run the coreml bench on a Mac")
     if placement and sys.platform != "darwin":
         raise BenchError(f"--placement times each stage on Core ML's compute units {list(CANDIDATES)}: it needs "
                          f"the coreml backend on macOS, and this platform is {sys.platform!r}; run it on a Mac and "
                          "send the bench JSON back (docs/macos.md)")
+    if backend == "coreml" and sys.platform != "darwin":
+        raise BenchError(f"--backend coreml needs macOS (Core ML runs only there); this platform is {sys.platform!r} "
+                         f"({platform.system()} {platform.machine()}). Use --backend torch or --backend mil here, "
+                         "and run the coreml bench on a Mac")
     if iterations < 1 or warmup < 0:
         raise BenchError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     if backend not in (None, "auto", "coreml") and compute_units is not None:
