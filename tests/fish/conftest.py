@@ -41,3 +41,21 @@ def fish_build(tmp_path_factory, fish_tiny) -> Path:
 def model_dir(fish_build) -> Path:
     """The fish-tiny model directory of `fish_build`."""
     return fish_build / "artifacts" / "fish-tiny"
+
+
+@pytest.fixture(scope="session")
+def reference_clip(model_dir):
+    """(wav bytes, float audio) of 5 frames fish-tiny's own codec made: a reference clip to clone from."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from anetts.models.fish import codec as C
+
+    codes = np.random.default_rng(0).integers(0, 128, size=(10, 5))
+    codes[0] = np.random.default_rng(1).integers(0, 512, size=5)
+    audio = C.upstream_decode(C.load_codec(model_dir / "weights"), codes)
+    buf = io.BytesIO()
+    sf.write(buf, audio, C.SAMPLE_RATE, format="WAV", subtype="FLOAT")
+    return buf.getvalue(), audio

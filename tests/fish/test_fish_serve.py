@@ -35,16 +35,8 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def clip(model_dir):
-    """5 frames of audio fish-tiny's own codec made, as a wav file."""
-    from anetts.models.fish import codec as C
-
-    codes = np.random.default_rng(0).integers(0, 128, size=(10, 5))
-    codes[0] = np.random.default_rng(1).integers(0, 512, size=5)
-    audio = C.upstream_decode(C.load_codec(model_dir / "weights"), codes)
-    buf = io.BytesIO()
-    sf.write(buf, audio, C.SAMPLE_RATE, format="WAV", subtype="FLOAT")
-    return buf.getvalue(), audio
+def clip(reference_clip):
+    return reference_clip
 
 
 def test_default_voice_whole_and_streamed(client, tts):

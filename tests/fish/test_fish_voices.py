@@ -38,16 +38,8 @@ def tts(model_dir):
 
 
 @pytest.fixture(scope="module")
-def clip(model_dir):
-    """5 frames of audio fish-tiny's own codec made, as wav bytes."""
-    from anetts.models.fish import codec as C
-
-    codes = np.random.default_rng(0).integers(0, 128, size=(10, 5))
-    codes[0] = np.random.default_rng(1).integers(0, 512, size=5)
-    audio = C.upstream_decode(C.load_codec(model_dir / "weights"), codes)
-    buf = io.BytesIO()
-    sf.write(buf, audio, C.SAMPLE_RATE, format="WAV", subtype="FLOAT")
-    return buf.getvalue()
+def clip(reference_clip):
+    return reference_clip[0]
 
 
 def _voice(i: int, owner: str | None = None) -> StoredVoice:
