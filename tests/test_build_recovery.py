@@ -42,8 +42,8 @@ def _job_temp_dirs(work: Path) -> list[Path]:
 
 
 def _start_and_kill(work: Path, until, kill_job_too: bool) -> list[int]:
-    """Start `snakemake PACKAGE`; once `until(work)` finds something, kill -9 Snakemake (and its
-    job too if asked). Returns the pids of its jobs."""
+    """Start `snakemake PACKAGE`; once `until(work)` finds something, kill -9 Snakemake (and every
+    process of its job too if asked). Returns the pids of its children."""
     build = subprocess.Popen([*SNAKEMAKE, PACKAGE], cwd=work, env=dict(os.environ, PYTHONPATH=str(work)),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
@@ -53,9 +53,12 @@ def _start_and_kill(work: Path, until, kill_job_too: bool) -> list[int]:
         time.sleep(0.05)
     jobs = _children(build.pid)
     assert jobs
-    os.kill(build.pid, signal.SIGKILL)
-    for job in jobs if kill_job_too else ():
-        os.kill(job, signal.SIGKILL)
+    if kill_job_too:
+        # the whole process group at once: the script a job runs is a grandchild of Snakemake (under its
+        # shell), and one left alive sees its parent gone and removes its temporaries before we look
+        os.killpg(build.pid, signal.SIGKILL)
+    else:
+        os.kill(build.pid, signal.SIGKILL)
     build.wait()
     return jobs
 
