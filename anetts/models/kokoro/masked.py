@@ -22,13 +22,17 @@ _VAR_PRESCALE = 8.0
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-def _masked_centred(x: torch.Tensor, m: torch.Tensor, eps: float, x_masked: bool, consume: bool = False):
+def _masked_centred(x: torch.Tensor, m: torch.Tensor, eps: float, x_masked: bool, consume: bool = False,
+                    stats: "Stats | None" = None):
     """(x - mean)/prescale on valid frames (0 on padding) and the matching 1/std, per channel.
 
     Ratio of means, not sums: sums over 144k frames overflow fp16, means do not. `x_masked`
     says x is already 0 on padding, which saves one full-size multiply; `consume` lets the
     result overwrite x (a fresh conv output nobody reads again), which saves an allocation.
+    `stats`: the frames the statistics are taken over, when not all of m's (a folded sequence).
     """
+    if stats is not None:
+        return _folded_centred(x, m, eps, stats)
     frac = m.mean(-1, keepdim=True)
     if consume and not x_masked:
         x, x_masked = x.mul_(m), True
@@ -38,8 +42,27 @@ def _masked_centred(x: torch.Tensor, m: torch.Tensor, eps: float, x_masked: bool
     return centred, torch.rsqrt(var_scaled + eps / _VAR_PRESCALE**2)
 
 
+class Stats:
+    """Which frames instance-norm statistics are taken over in a sequence folded into rows
+    (batch R, each row a window with halos): `mask` (R, 1, T) is 1 on each valid frame's one
+    counted copy, its row's centre, and 0 on halos and padding; the mean runs over rows and time,
+    so every layer normalizes by the whole sequence's statistics, as upstream does."""
+
+    def __init__(self, mask: torch.Tensor):
+        self.mask = mask
+        self.frac = mask.mean((0, 2), keepdim=True)
+
+
+def _folded_centred(x: torch.Tensor, m: torch.Tensor, eps: float, stats: Stats):
+    sm, frac = stats.mask, stats.frac
+    mean = (x * sm).mean((0, 2), keepdim=True) / frac
+    centred = (x - mean) * (m * (1.0 / _VAR_PRESCALE))  # halos keep their values: the next conv reads them
+    var_scaled = (centred * centred * sm).mean((0, 2), keepdim=True) / frac
+    return centred, torch.rsqrt(var_scaled + eps / _VAR_PRESCALE**2)
+
+
 def adain(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor, x_masked: bool = False,
-          consume: bool = False) -> torch.Tensor:
+          consume: bool = False, stats: Stats | None = None) -> torch.Tensor:
     """Upstream `AdaIN1d.forward` with masked statistics; padded frames come out zero.
 
     Norm, affine and style fold into one per-channel scale and shift, so the full-size work is
@@ -50,7 +73,7 @@ def adain(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor, x_masked: bo
     h = block.fc(s).unsqueeze(-1)
     gamma, beta = torch.chunk(h, chunks=2, dim=1)
     norm = block.norm
-    centred, rstd = _masked_centred(x, m, norm.eps, x_masked, consume)
+    centred, rstd = _masked_centred(x, m, norm.eps, x_masked, consume, stats)
     scale, shift = rstd * (1 + gamma), beta
     if norm.affine:
         shift = norm.bias.view(1, -1, 1) * (1 + gamma) + beta
@@ -90,7 +113,7 @@ def _snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     return (alpha * x).sin_().pow_(2).mul_(_reciprocal(alpha)).add_(x)
 
 
-def adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+def adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor, stats: Stats | None = None) -> torch.Tensor:
     """Upstream istftnet `AdaINResBlock1.forward` (Snake activations, dilated convs).
 
     x must be 0 on padding. AdaIN outputs are 0 on padding and Snake keeps them so, so the convs'
@@ -98,8 +121,8 @@ def adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, m: torch.Tensor) ->
     statistics and the residual sum.
     """
     for c1, c2, n1, n2, a1, a2 in zip(block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2):
-        xt = c1(_snake(adain(n1, x, s, m, x_masked=True), a1))
-        xt = c2(_snake(adain(n2, xt, s, m, consume=True), a2))
+        xt = c1(_snake(adain(n1, x, s, m, x_masked=True, stats=stats), a1))
+        xt = c2(_snake(adain(n2, xt, s, m, consume=True, stats=stats), a2))
         x = xt.add_(x).mul_(m)
     return x
 

@@ -83,27 +83,40 @@ class GeneratorModule(nn.Module):
         self.samples_per_frame = gen.stft.hop_length * math.prod(self.rates)
 
     def forward(self, x_pre, ref_s, har, mask):
-        s = ref_s[:, :KOKORO.style_dim]
-        x, m = x_pre * mask, mask
-        last = len(self.ups) - 1
-        for i, (up, noise_conv, noise_res) in enumerate(zip(self.ups, self.noise_convs, self.noise_res)):
-            m_up = masked.upsample_mask(m, self.rates[i])
-            if i == last:  # the reflection pad prepends one frame, which is valid
-                m_up = torch.cat([m_up[..., :1], m_up], dim=-1)
-            x = F.leaky_relu(x, negative_slope=0.1)
-            x_source = masked.adain_resblock1(noise_res, noise_conv(har).mul_(m_up), s, m_up)
-            x = up(x)  # x is 0 on padding (masked resblock outputs; leaky_relu(0) = 0)
-            if i == last:
-                x = self.reflection_pad(x)
-            x = x.add_(x_source).mul_(m_up)  # in place on fresh conv outputs (see masked.adain)
-            xs = masked.adain_resblock1(self.resblocks[i * self.num_kernels], x, s, m_up)
-            for j in range(1, self.num_kernels):
-                xs = xs.add_(masked.adain_resblock1(self.resblocks[i * self.num_kernels + j], x, s, m_up))
-            x, m = xs.div_(self.num_kernels), m_up
-        spec, phase = self.spectrum(self.conv_post(F.leaky_relu(x)))
+        x, m = self.body(x_pre, ref_s[:, :KOKORO.style_dim], har, mask)
+        spec, phase = self.spectrum(x)
         waveform = self.istft(spec, phase, m)
         # zero everything after the last valid sample (window tails of the last frame)
         return waveform * masked.upsample_mask(mask, self.samples_per_frame)
+
+    def body(self, x_pre, s, har, mask, fold=None):
+        """Upsampling, Snake resblocks and the noise branch → conv_post's output (rows, 2·bins, har
+        frames) and its frames' mask. `fold`: the sequence is folded into rows with halos."""
+        x, m = x_pre * mask, mask
+        sm = None if fold is None else fold.centre * mask
+        last = len(self.ups) - 1
+        for i, (up, noise_conv, noise_res) in enumerate(zip(self.ups, self.noise_convs, self.noise_res)):
+            m_up = masked.upsample_mask(m, self.rates[i])
+            sm = None if sm is None else masked.upsample_mask(sm, self.rates[i])
+            if i == last:  # the reflection pad prepends one frame, which is valid
+                m_up = torch.cat([m_up[..., :1], m_up], dim=-1)
+                if fold is not None:  # every row was padded; only row 0 holds the sequence's first frame
+                    sm = torch.cat([sm[..., :1], sm], dim=-1)
+                    m_up, sm = m_up + fold.first * (1 - m_up), sm + fold.first * (1 - sm)
+            stats = None if sm is None else masked.Stats(sm)
+            x = F.leaky_relu(x, negative_slope=0.1)
+            x_source = masked.adain_resblock1(noise_res, noise_conv(har).mul_(m_up), s, m_up, stats)
+            x = up(x)  # x is 0 on padding (masked resblock outputs; leaky_relu(0) = 0)
+            if i == last:
+                x = self.reflection_pad(x)
+                if fold is not None:  # there, upstream's reflection of the sequence: x[1], two frames on
+                    x = x + fold.first * (F.pad(x[..., 2:], (0, 2)) - x)
+            x = x.add_(x_source).mul_(m_up)  # in place on fresh conv outputs (see masked.adain)
+            xs = masked.adain_resblock1(self.resblocks[i * self.num_kernels], x, s, m_up, stats)
+            for j in range(1, self.num_kernels):
+                xs = xs.add_(masked.adain_resblock1(self.resblocks[i * self.num_kernels + j], x, s, m_up, stats))
+            x, m = xs.div_(self.num_kernels), m_up
+        return self.conv_post(F.leaky_relu(x)), m
 
 
 class GeneratorStage(KokoroStage):

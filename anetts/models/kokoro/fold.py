@@ -1,0 +1,118 @@
+"""The generator's body over a sequence folded into rows: windows with halos, in one program.
+
+The Neural Engine takes no axis wider than 16,384 (the lint's `max_axis`); the generator's body runs
+at 4,800 Hz, so a 3 s sequence (14,401 frames) fits and a 30 s one (144,001) does not. Folded, the
+sequence becomes `rows` windows of `width` 80 Hz frames: each row's centre (`valid` frames) plus
+`halo` frames of its neighbours on either side, so the widest axis is width × 60 + 1 ≤ 16,384 at
+any length. Rows are the batch: upstream's convolutions run unchanged over them.
+
+Windows run one by one would not equal the whole: every AdaIN normalizes by its input's statistics
+over the whole sequence. Here the rows run in one program and each instance norm takes its
+statistics over the rows' centres only (masked.Stats), so every frame is counted once, as upstream
+counts it. A convolution at a row's edge reads zeros where the neighbour's frames would be; that
+error spreads inwards by the body's receptive field, which the halo is made wider than
+(:func:`halo_frames`), so the centres equal the whole run (tests/kokoro/test_fold.py, fp32).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MAX_AXIS = 16_384  # the widest axis the Neural Engine takes (anetts.compile.lint)
+
+
+def _resblock_reach(block) -> int:
+    """Frames an AdaINResBlock1 output reads on either side: its dilated convs, then each one's
+    undilated partner, in series."""
+    return sum((c1.kernel_size[0] - 1) // 2 * c1.dilation[0] + (c2.kernel_size[0] - 1) // 2
+               for c1, c2 in zip(block.convs1, block.convs2))
+
+
+def halo_frames(generator) -> int:
+    """80 Hz frames of halo that keep a row's centre exact: the body's reach from a row's edge
+    (zero padding where the neighbour's frames would be), counted at 4,800 Hz through every
+    convolution, upsampling and the reflection pad, rounded up to whole 80 Hz frames."""
+    reach = 0  # samples at the current rate a row's edge has corrupted
+    per_stage = len(generator.resblocks) // len(generator.ups)
+    for i, (up, noise_conv, noise_res) in enumerate(zip(generator.ups, generator.noise_convs, generator.noise_res)):
+        rate = up.stride[0]
+        reach = reach * rate + up.kernel_size[0]  # an output reads ceil(k / stride) inputs on either side
+        noise = -(-noise_conv.kernel_size[0] // noise_conv.stride[0]) + _resblock_reach(noise_res)
+        blocks = generator.resblocks[i * per_stage:(i + 1) * per_stage]
+        reach = max(reach, noise) + max(_resblock_reach(b) for b in blocks) + (i == len(generator.ups) - 1)
+    reach += (generator.conv_post.kernel_size[0] - 1) // 2
+    return -(-reach // math.prod(u.stride[0] for u in generator.ups))
+
+
+@dataclass(frozen=True)
+class FoldGeometry:
+    """Rows of `width` 80 Hz frames: `halo`, then `valid` frames of centre, then `halo`."""
+
+    frames: int  # the 80 Hz frames of the bucket (x_pre, mask)
+    halo: int
+    width: int
+    upsample: int  # 4,800 Hz frames per 80 Hz frame (60)
+
+    @classmethod
+    def for_bucket(cls, frames: int, halo: int, upsample: int, max_axis: int = MAX_AXIS) -> "FoldGeometry":
+        width = (max_axis - 1) // upsample  # the body's widest axis is width × upsample + 1
+        if width - 2 * halo < 1:
+            raise ValueError(f"a halo of {halo} frames leaves no centre in rows of {width}")
+        return cls(frames, halo, width, upsample)
+
+    @property
+    def valid(self) -> int:
+        return self.width - 2 * self.halo
+
+    @property
+    def rows(self) -> int:
+        # the reflection pad adds a frame at 4,800 Hz: the centres cover frames + 1
+        return -(-(self.frames + 1) // self.valid)
+
+    def starts(self, rate: int) -> np.ndarray:
+        """Each row's first frame in the whole sequence, at `rate` frames per 80 Hz frame."""
+        return (np.arange(self.rows) * self.valid - self.halo) * rate
+
+    def fold(self, a: np.ndarray, rate: int = 1, extra: int = 0) -> np.ndarray:
+        """(1, C, L) → (rows, C, width × rate + extra): each row's window, zero outside the sequence."""
+        span = self.width * rate + extra
+        idx = self.starts(rate)[:, None] + np.arange(span)[None, :]
+        inside = (idx >= 0) & (idx < a.shape[-1])
+        rows = a[0][:, np.clip(idx, 0, a.shape[-1] - 1)] * inside[None]  # (C, rows, span)
+        return np.ascontiguousarray(rows.transpose(1, 0, 2)).astype(a.dtype, copy=False)
+
+    def unfold(self, rows: np.ndarray, length: int) -> np.ndarray:
+        """The body's output centres (rows, C, valid × upsample) → (1, C, length) of the whole."""
+        whole = rows.transpose(1, 0, 2).reshape(1, rows.shape[1], -1)
+        if whole.shape[-1] < length:
+            raise ValueError(f"{self.rows} rows hold {whole.shape[-1]} frames, not {length}")
+        return whole[..., :length]
+
+
+class Fold:
+    """The constant masks of a folded run (traced as constants of the program)."""
+
+    def __init__(self, geometry: FoldGeometry):
+        g = geometry
+        self.centre = F.pad(torch.ones(g.rows, 1, g.valid), (g.halo, g.halo))
+        first = g.halo * g.upsample  # the sequence's first padded frame, in row 0
+        self.first = F.pad(torch.ones(1, 1, 1), (first, g.width * g.upsample - first, 0, 0, 0, g.rows - 1))
+
+
+class FoldedBody(nn.Module):
+    """The generator body (GeneratorModule.body) over folded rows → conv_post's output centres."""
+
+    def __init__(self, generator_module, geometry: FoldGeometry):
+        super().__init__()
+        self.generator, self.geometry = generator_module, geometry
+
+    def forward(self, x_rows, s, har_rows, mask_rows):
+        g = self.geometry
+        x, _ = self.generator.body(x_rows, s, har_rows, mask_rows, Fold(g))
+        start = g.halo * g.upsample
+        return x[..., start:start + g.valid * g.upsample]
