@@ -1,6 +1,9 @@
-"""The generator body over a sequence folded into rows with halos (anetts.models.kokoro.fold) equals
-the whole run over every valid frame, and a halo short of the body's reach does not."""
+"""The generator body over a sequence folded into rows with halos and upsampled by sub-pixel
+convolutions (anetts.models.kokoro.fold, .subpixel) equals the whole run over every valid frame; a
+halo short of the body's reach does not."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -9,44 +12,45 @@ import torch
 from anetts.models.kokoro.dsp import KOKORO
 from anetts.models.kokoro.fold import MAX_AXIS, FoldedBody, FoldGeometry, halo_frames
 from anetts.models.kokoro.stages.generator import GeneratorModule, GeneratorStage
+from anetts.models.kokoro.subpixel import SubPixelConv
 
 SECONDS = 7  # 560 frames at 80 Hz: three rows, so two row boundaries inside the sequence
 
 
 @pytest.fixture(scope="module")
 def body_run(tiny_model, tiny_weights):
-    """The whole body's conv_post output (float64), its inputs and the module."""
+    """A float64 copy of the model, the example inputs and the whole body's conv_post output."""
     inputs = GeneratorStage().example_inputs(tiny_model, tiny_weights, SECONDS)
     inputs = {k: v.astype(np.float64) for k, v in inputs.items()}
-    module = GeneratorModule(tiny_model).eval().double()
+    model = copy.deepcopy(tiny_model).double()  # the session's model stays float32
     t = {k: torch.from_numpy(v) for k, v in inputs.items()}
     with torch.inference_mode():
-        whole, _ = module.body(t["x_pre"], t["ref_s"][:, :KOKORO.style_dim], t["har"], t["mask"])
+        whole, _ = GeneratorModule(model).body(t["x_pre"], t["ref_s"][:, :KOKORO.style_dim], t["har"], t["mask"])
     valid = int(inputs["mask"].sum()) * 60 + 1  # 4,800 Hz frames, the reflection pad's included
-    return module, inputs, whole.numpy()[..., :valid]
+    return model, inputs, whole.numpy()[..., :valid]
 
 
-def _folded(module, inputs, halo: int, length: int) -> np.ndarray:
+def _folded(model, inputs, halo: int, length: int) -> np.ndarray:
     g = FoldGeometry.for_bucket(inputs["mask"].shape[-1], halo, 60)
     rows = [g.fold(inputs["x_pre"]), inputs["ref_s"][:, :KOKORO.style_dim], g.fold(inputs["har"], 60, 1),
             g.fold(inputs["mask"])]
     with torch.inference_mode():
-        out = FoldedBody(module, g)(*(torch.from_numpy(np.ascontiguousarray(a)) for a in rows)).numpy()
+        out = FoldedBody(model, g)(*(torch.from_numpy(np.ascontiguousarray(a)) for a in rows)).numpy()
     assert g.rows == 3
     return g.unfold(out, length)
 
 
-def test_the_folded_body_equals_the_whole_over_every_valid_frame(body_run, tiny_model):
-    module, inputs, whole = body_run
-    got = _folded(module, inputs, halo_frames(tiny_model.decoder.generator), whole.shape[-1])
+def test_the_folded_body_equals_the_whole_over_every_valid_frame(body_run):
+    model, inputs, whole = body_run
+    got = _folded(model, inputs, halo_frames(model.decoder.generator), whole.shape[-1])
     # float64: what is left is rounding (the statistics sum rows in another order), 1e-13 of the scale
     assert np.abs(got - whole).max() <= 1e-9 * np.abs(whole).max()
 
 
-def test_a_halo_short_of_the_reach_breaks_the_row_boundaries(body_run, tiny_model):
-    module, inputs, whole = body_run
-    short = halo_frames(tiny_model.decoder.generator) - 2
-    got = _folded(module, inputs, short, whole.shape[-1])
+def test_a_halo_short_of_the_reach_breaks_the_row_boundaries(body_run):
+    model, inputs, whole = body_run
+    short = halo_frames(model.decoder.generator) - 2
+    got = _folded(model, inputs, short, whole.shape[-1])
     err = np.abs(got - whole).max(axis=(0, 1))
     assert err.max() > 1e-6 * np.abs(whole).max()
     g = FoldGeometry.for_bucket(inputs["mask"].shape[-1], short, 60)
@@ -67,3 +71,14 @@ def test_every_bucket_folds_under_the_widest_axis(tiny_model):
     assert rows[0, 0, :halo].tolist() == [0.0] * halo  # before the sequence: zeros
     with pytest.raises(ValueError, match="leaves no centre"):
         FoldGeometry.for_bucket(800, 200, 60)
+
+
+@pytest.mark.parametrize("c_in, c_out, kernel, stride, padding", [(8, 4, 20, 10, 5), (4, 3, 12, 6, 3), (3, 2, 4, 2, 1)])
+def test_a_subpixel_conv_equals_the_transposed_conv(c_in, c_out, kernel, stride, padding):
+    torch.manual_seed(0)
+    up = torch.nn.ConvTranspose1d(c_in, c_out, kernel, stride, padding=padding).double()
+    x = torch.randn(2, c_in, 37, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(SubPixelConv(up)(x), up(x), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="kernel - 2·padding = stride"):
+        SubPixelConv(torch.nn.ConvTranspose1d(c_in, c_out, kernel + 1, stride, padding=padding))

@@ -105,11 +105,14 @@ class Fold:
 
 
 class FoldedBody(nn.Module):
-    """The generator body (GeneratorModule.body) over folded rows → conv_post's output centres."""
+    """The generator body (GeneratorModule.body, upsampling by sub-pixel convolutions) over folded
+    rows → conv_post's output at the rows' centres."""
 
-    def __init__(self, generator_module, geometry: FoldGeometry):
+    def __init__(self, model, geometry: FoldGeometry):
         super().__init__()
-        self.generator, self.geometry = generator_module, geometry
+        from anetts.models.kokoro.stages.generator import GeneratorModule
+
+        self.generator, self.geometry = GeneratorModule(model, subpixel=True), geometry
 
     def forward(self, x_rows, s, har_rows, mask_rows):
         g = self.geometry

@@ -20,6 +20,7 @@ from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
 from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
+from anetts.models.kokoro.subpixel import SubPixelConv
 from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
 
 
@@ -70,10 +71,15 @@ class Spectrum(nn.Module):
 
 
 class GeneratorModule(nn.Module):
-    def __init__(self, model):
+    """`subpixel`: the upsampling transposed convolutions as stride-1 convolutions and a pixel shuffle
+    (kokoro.subpixel), the same products and sums."""
+
+    def __init__(self, model, subpixel: bool = False):
         super().__init__()
         gen = model.decoder.generator
         self.noise_convs, self.noise_res, self.ups, self.resblocks = gen.noise_convs, gen.noise_res, gen.ups, gen.resblocks
+        if subpixel:
+            self.ups = nn.ModuleList(SubPixelConv(u) for u in gen.ups)
         self.conv_post, self.reflection_pad = gen.conv_post, gen.reflection_pad
         self.num_kernels, self.post_n_fft = gen.num_kernels, gen.post_n_fft
         self.rates = [u.stride[0] for u in gen.ups]
