@@ -59,6 +59,10 @@ class Stage(ABC):
         """Outputs that are logits: their top-1 agreement is gated (Gate.min_top1) wherever declared."""
         return ()
 
+    def configure(self, params: dict) -> "Stage":
+        """This stage as its config block's build keys shape it (Kokoro's generator `layout`)."""
+        return self
+
     def uncompressed_weights(self) -> tuple[str, ...]:
         """Weights (the module's parameter names, which the package's consts keep) that no compressed
         variant may compress: they stay at the stage's precision (`anetts.compile.compress`)."""
@@ -145,7 +149,7 @@ class Family:
     def stage(self, name: str, params: dict | None = None, weights_dir: Path | None = None) -> Stage:
         """Stage `name`: a declared one, or one `make_stage` builds from its config `params`."""
         if name in self.stages:
-            return self.stages[name]
+            return self.stages[name].configure(params or {})
         if self.make_stage is None or params is None:
             raise KeyError(f"family {self.name!r} has no stage {name!r}; stages: {sorted(self.stages)}")
         return self.make_stage(name, dict(params), Path(weights_dir))

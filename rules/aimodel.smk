@@ -24,6 +24,7 @@ rule aimodel:
     params:
         size=lambda w: WF.bucket_size(w.model, w.stage, w.bucket),
         family=lambda w: WF.family_of(w.model),
+        stage=lambda w: WF.stage_params(w.model, w.stage),
         precision=lambda w: WF.convert_options(w.model, w.stage)["precision"],
         model_meta=lambda w: WF.model_meta(w.model),
         versions=WF.versions("torch", "coreai-core", "coreai-torch"),

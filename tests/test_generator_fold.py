@@ -4,23 +4,32 @@ halo short of the body's reach does not."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import pytest
 import torch
 
-from anetts.models.kokoro.dsp import KOKORO
-from anetts.models.kokoro.fold import MAX_AXIS, FoldedBody, FoldGeometry, halo_frames
-from anetts.models.kokoro.stages.generator import GeneratorModule, GeneratorStage
+from anetts.models.kokoro.dsp import KOKORO, spectrum_to_audio
+from anetts.models.kokoro.fold import HALO, MAX_AXIS, FoldGeometry, halo_frames
+from anetts.models.kokoro.reference import example_for_seconds
+from anetts.models.kokoro.stages.base import EXAMPLE_VOICE
+from anetts.models.kokoro.stages.generator import FoldedBody, GeneratorModule, GeneratorStage
 from anetts.models.kokoro.subpixel import SubPixelConv
 
 SECONDS = 7  # 560 frames at 80 Hz: three rows, so two row boundaries inside the sequence
 
 
+@functools.cache
+def _reference(model, weights_dir):
+    """Upstream's stage-boundary tensors for the example (one upstream run for the module)."""
+    return example_for_seconds(model, weights_dir, SECONDS, EXAMPLE_VOICE)
+
+
 @pytest.fixture(scope="module")
 def body_run(tiny_model, tiny_weights):
     """A float64 copy of the model, the example inputs and the whole body's conv_post output."""
-    inputs = GeneratorStage().example_inputs(tiny_model, tiny_weights, SECONDS)
+    inputs = GeneratorStage().example_inputs(tiny_model, tiny_weights, SECONDS, reference=_reference(tiny_model, tiny_weights))
     inputs = {k: v.astype(np.float64) for k, v in inputs.items()}
     model = copy.deepcopy(tiny_model).double()  # the session's model stays float32
     t = {k: torch.from_numpy(v) for k, v in inputs.items()}
@@ -31,11 +40,10 @@ def body_run(tiny_model, tiny_weights):
 
 
 def _folded(model, inputs, halo: int, length: int) -> np.ndarray:
-    g = FoldGeometry.for_bucket(inputs["mask"].shape[-1], halo, 60)
-    rows = [g.fold(inputs["x_pre"]), inputs["ref_s"][:, :KOKORO.style_dim], g.fold(inputs["har"], 60, 1),
-            g.fold(inputs["mask"])]
+    g = FoldGeometry.for_frames(inputs["mask"].shape[-1], halo)
+    rows = [g.fold(inputs["x_pre"]), inputs["ref_s"], g.fold(inputs["har"], 60, 1), g.fold(inputs["mask"])]
     with torch.inference_mode():
-        out = FoldedBody(model, g)(*(torch.from_numpy(np.ascontiguousarray(a)) for a in rows)).numpy()
+        out = FoldedBody(model, halo)(*(torch.from_numpy(a) for a in rows)).numpy()
     assert g.rows == 3
     return g.unfold(out, length)
 
@@ -53,24 +61,24 @@ def test_a_halo_short_of_the_reach_breaks_the_row_boundaries(body_run):
     got = _folded(model, inputs, short, whole.shape[-1])
     err = np.abs(got - whole).max(axis=(0, 1))
     assert err.max() > 1e-6 * np.abs(whole).max()
-    g = FoldGeometry.for_bucket(inputs["mask"].shape[-1], short, 60)
+    g = FoldGeometry.for_frames(inputs["mask"].shape[-1], short)
     boundary = g.valid * 60  # the first row boundary, at 4,800 Hz
     assert np.argmax(err) in range(boundary - short * 60, boundary + short * 60)
 
 
-def test_every_bucket_folds_under_the_widest_axis(tiny_model):
-    halo = halo_frames(tiny_model.decoder.generator)
+def test_every_bucket_folds_under_the_widest_axis():
+    halo = HALO
     for seconds in (3, 7, 10, 15, 30):
-        g = FoldGeometry.for_bucket(KOKORO.f0_frames(seconds), halo, 60)
-        assert g.width * 60 + 1 <= MAX_AXIS
+        g = FoldGeometry.for_frames(KOKORO.f0_frames(seconds), halo)
+        assert g.width * g.upsample + 1 <= MAX_AXIS
         assert g.rows * g.valid >= KOKORO.f0_frames(seconds) + 1  # the centres cover every frame
     ramp = np.arange(2 * 800, dtype=np.float32).reshape(1, 2, 800)
-    g = FoldGeometry.for_bucket(800, halo, 1, max_axis=61)  # rows of 60 frames, 1:1
+    g = FoldGeometry.for_frames(800, halo, 1, max_axis=61)  # rows of 60 frames, 1:1
     rows = g.fold(ramp)
     assert np.array_equal(g.unfold(rows[..., halo:halo + g.valid], 800), ramp)
     assert rows[0, 0, :halo].tolist() == [0.0] * halo  # before the sequence: zeros
     with pytest.raises(ValueError, match="leaves no centre"):
-        FoldGeometry.for_bucket(800, 200, 60)
+        FoldGeometry.for_frames(800, 200)
 
 
 @pytest.mark.parametrize("c_in, c_out, kernel, stride, padding", [(8, 4, 20, 10, 5), (4, 3, 12, 6, 3), (3, 2, 4, 2, 1)])
@@ -82,3 +90,23 @@ def test_a_subpixel_conv_equals_the_transposed_conv(c_in, c_out, kernel, stride,
         assert torch.allclose(SubPixelConv(up)(x), up(x), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="kernel - 2·padding = stride"):
         SubPixelConv(torch.nn.ConvTranspose1d(c_in, c_out, kernel + 1, stride, padding=padding))
+
+
+def test_the_folded_stage_and_the_host_tail_give_the_whole_stages_waveform(body_run, tiny_model, tiny_weights):
+    """The ANE layout as the runtime runs it (fold, the stage's module, unfold, dsp.spectrum_to_audio)
+    against the GPU layout's waveform, on the stage's own example inputs."""
+    model, inputs, _ = body_run
+    whole, folded = GeneratorStage("whole"), GeneratorStage("folded")
+    rows = folded.example_inputs(tiny_model, tiny_weights, SECONDS, reference=_reference(tiny_model, tiny_weights))
+    assert [t.shape for t in folded.function(SECONDS).inputs] == [rows[k].shape for k in
+                                                                   ("x_rows", "ref_s", "har_rows", "mask_rows")]
+    t = {k: torch.from_numpy(v.astype(np.float64)) for k, v in inputs.items()}
+    with torch.inference_mode():
+        waveform = whole.build(model).double()(t["x_pre"], t["ref_s"], t["har"], t["mask"]).numpy().reshape(-1)
+        spectrum = folded.build(model).double()(*(torch.from_numpy(rows[k].astype(np.float64))
+                                         for k in ("x_rows", "ref_s", "har_rows", "mask_rows"))).numpy()
+    frames = int(inputs["mask"].sum())
+    audio = spectrum_to_audio(folded.fold(SECONDS).unfold(spectrum, frames * 60 + 1))
+    assert audio.shape == (frames * 300,)
+    # the graph's inverse STFT holds float32 tables; the host's runs in float64
+    assert np.abs(audio - waveform[:frames * 300]).max() <= 1e-5 * np.abs(waveform).max()

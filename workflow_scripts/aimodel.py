@@ -10,4 +10,4 @@ from anetts.families import get_family
 inp, out = snakemake.input, snakemake.output
 convert_stage(get_family(snakemake.params.family), snakemake.wildcards.stage, snakemake.params.size, inp.weights,
               inp.scenario, inp.export_report, out.asset, out.report,
-              snakemake.params.precision, dict(snakemake.params.model_meta))
+              snakemake.params.precision, dict(snakemake.params.model_meta), params=dict(snakemake.params.stage))

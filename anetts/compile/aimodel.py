@@ -170,7 +170,7 @@ def convert_module(wrapper, inputs: dict[str, np.ndarray], spec: FunctionSpec, s
 
 def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path, scenario: Path,
                   export_report: Path, out_asset: Path, out_report: Path,
-                  precision: str, model_meta: dict, model=None) -> dict:
+                  precision: str, model_meta: dict, model=None, params: dict | None = None) -> dict:
     """A one-call stage at one bucket from its export (`anetts.compile.export`) to an asset.
 
     The rebuilt wrapper must reproduce the export's stored eager outputs on its one call's inputs:
@@ -180,7 +180,7 @@ def convert_stage(family: Family, stage_name: str, size: int, weights_dir: Path,
     import torch
 
     clear_outputs(out_asset, out_report)
-    stage = family.stage(stage_name)
+    stage = family.stage(stage_name, params, weights_dir)
     spec, bucket = stage.function(size), stage.bucket_name(size)
     export = json.loads(Path(export_report).read_text(encoding="utf-8"))
     if export["functions"] != [spec.to_json()] or export["bucket"] != bucket:

@@ -347,6 +347,28 @@ def stft_har(source: np.ndarray) -> np.ndarray:
     return np.concatenate([mag, phase], axis=0)[None].astype(np.float32)
 
 
+def spectrum_to_audio(spectrum: np.ndarray) -> np.ndarray:
+    """The generator's tail on the host, for a body that ends at conv_post (the folded layout):
+    (1, 22, N) log-magnitude and phase channels of N valid frames → (N - 1) × 5 samples float32.
+
+    Upstream: exp of the first 11 channels, sin of the last 11 (a phase), then ``torch.istft``
+    (centred, periodic Hann, window-power normalized), as stages/generator.py's InverseSTFT does in
+    the graph. float64 throughout: exp of a log-magnitude turns fp16's error into a relative one.
+    """
+    x = np.asarray(spectrum, np.float64)[0]
+    n = x.shape[-1]
+    frames = np.fft.irfft(np.exp(x[:N_BINS]) * np.exp(1j * np.sin(x[N_BINS:])), n=N_FFT, axis=0)  # (20, N)
+    window = hann_window()
+    length = (n - 1) * HOP + N_FFT
+    signal, envelope = np.zeros(length), np.zeros(length)
+    for t in range(N_FFT):  # overlap-add: sample t of every frame, frames HOP apart
+        signal[t:t + n * HOP:HOP] += frames[t] * window[t]
+        envelope[t:t + n * HOP:HOP] += window[t] ** 2
+    start = N_FFT // 2
+    out = signal / np.maximum(envelope, 1e-3)
+    return out[start:start + (n - 1) * HOP].astype(np.float32)
+
+
 def make_har(
     f0_curve: np.ndarray,
     l_linear_weight: np.ndarray,

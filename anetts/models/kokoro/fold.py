@@ -11,7 +11,9 @@ over the whole sequence. Here the rows run in one program and each instance norm
 statistics over the rows' centres only (masked.Stats), so every frame is counted once, as upstream
 counts it. A convolution at a row's edge reads zeros where the neighbour's frames would be; that
 error spreads inwards by the body's receptive field, which the halo is made wider than
-(:func:`halo_frames`), so the centres equal the whole run (tests/kokoro/test_fold.py, fp32).
+(:func:`halo_frames`), so the centres equal the whole run (tests/test_generator_fold.py).
+
+Torch-free: the runtime folds and unfolds here; the stage (stages/generator.py, FoldedBody) runs it.
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
-MAX_AXIS = 16_384  # the widest axis the Neural Engine takes (anetts.compile.lint)
+MAX_AXIS = 16_384  # the widest axis the Neural Engine takes (the lint's long_last_axis)
+# 80 Hz frames of halo every folded build uses: the reach of Kokoro-82M's body (halo_frames: 12;
+# kokoro-tiny's 6). A build whose model reaches farther is refused (GeneratorStage.build).
+HALO = 12
+UPSAMPLE = 60  # 4,800 Hz body frames per 80 Hz frame (the generator's ×10, ×6)
 
 
 def _resblock_reach(block) -> int:
@@ -34,14 +37,13 @@ def _resblock_reach(block) -> int:
 
 
 def halo_frames(generator) -> int:
-    """80 Hz frames of halo that keep a row's centre exact: the body's reach from a row's edge
-    (zero padding where the neighbour's frames would be), counted at 4,800 Hz through every
-    convolution, upsampling and the reflection pad, rounded up to whole 80 Hz frames."""
+    """80 Hz frames of halo that keep a row's centre exact for upstream's `generator` module: the
+    body's reach from a row's edge (zero padding where the neighbour's frames would be), counted at
+    4,800 Hz through every convolution, upsampling and the reflection pad, in whole 80 Hz frames."""
     reach = 0  # samples at the current rate a row's edge has corrupted
     per_stage = len(generator.resblocks) // len(generator.ups)
     for i, (up, noise_conv, noise_res) in enumerate(zip(generator.ups, generator.noise_convs, generator.noise_res)):
-        rate = up.stride[0]
-        reach = reach * rate + up.kernel_size[0]  # an output reads ceil(k / stride) inputs on either side
+        reach = reach * up.stride[0] + up.kernel_size[0]  # an output reads ceil(k / stride) inputs each side
         noise = -(-noise_conv.kernel_size[0] // noise_conv.stride[0]) + _resblock_reach(noise_res)
         blocks = generator.resblocks[i * per_stage:(i + 1) * per_stage]
         reach = max(reach, noise) + max(_resblock_reach(b) for b in blocks) + (i == len(generator.ups) - 1)
@@ -51,28 +53,26 @@ def halo_frames(generator) -> int:
 
 @dataclass(frozen=True)
 class FoldGeometry:
-    """Rows of `width` 80 Hz frames: `halo`, then `valid` frames of centre, then `halo`."""
+    """`rows` rows of `width` 80 Hz frames: `halo`, then `valid` frames of centre, then `halo`."""
 
-    frames: int  # the 80 Hz frames of the bucket (x_pre, mask)
-    halo: int
+    rows: int
     width: int
-    upsample: int  # 4,800 Hz frames per 80 Hz frame (60)
+    halo: int = HALO
+    upsample: int = UPSAMPLE
 
     @classmethod
-    def for_bucket(cls, frames: int, halo: int, upsample: int, max_axis: int = MAX_AXIS) -> "FoldGeometry":
+    def for_frames(cls, frames: int, halo: int = HALO, upsample: int = UPSAMPLE,
+                   max_axis: int = MAX_AXIS) -> "FoldGeometry":
+        """The fewest rows, each as wide as the widest axis allows, whose centres cover `frames`
+        80 Hz frames and the frame the reflection pad adds."""
         width = (max_axis - 1) // upsample  # the body's widest axis is width × upsample + 1
         if width - 2 * halo < 1:
             raise ValueError(f"a halo of {halo} frames leaves no centre in rows of {width}")
-        return cls(frames, halo, width, upsample)
+        return cls(-(-(frames + 1) // (width - 2 * halo)), width, halo, upsample)
 
     @property
     def valid(self) -> int:
         return self.width - 2 * self.halo
-
-    @property
-    def rows(self) -> int:
-        # the reflection pad adds a frame at 4,800 Hz: the centres cover frames + 1
-        return -(-(self.frames + 1) // self.valid)
 
     def starts(self, rate: int) -> np.ndarray:
         """Each row's first frame in the whole sequence, at `rate` frames per 80 Hz frame."""
@@ -92,30 +92,3 @@ class FoldGeometry:
         if whole.shape[-1] < length:
             raise ValueError(f"{self.rows} rows hold {whole.shape[-1]} frames, not {length}")
         return whole[..., :length]
-
-
-class Fold:
-    """The constant masks of a folded run (traced as constants of the program)."""
-
-    def __init__(self, geometry: FoldGeometry):
-        g = geometry
-        self.centre = F.pad(torch.ones(g.rows, 1, g.valid), (g.halo, g.halo))
-        first = g.halo * g.upsample  # the sequence's first padded frame, in row 0
-        self.first = F.pad(torch.ones(1, 1, 1), (first, g.width * g.upsample - first, 0, 0, 0, g.rows - 1))
-
-
-class FoldedBody(nn.Module):
-    """The generator body (GeneratorModule.body, upsampling by sub-pixel convolutions) over folded
-    rows → conv_post's output at the rows' centres."""
-
-    def __init__(self, model, geometry: FoldGeometry):
-        super().__init__()
-        from anetts.models.kokoro.stages.generator import GeneratorModule
-
-        self.generator, self.geometry = GeneratorModule(model, subpixel=True), geometry
-
-    def forward(self, x_rows, s, har_rows, mask_rows):
-        g = self.geometry
-        x, _ = self.generator.body(x_rows, s, har_rows, mask_rows, Fold(g))
-        start = g.halo * g.upsample
-        return x[..., start:start + g.valid * g.upsample]

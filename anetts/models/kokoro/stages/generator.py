@@ -18,7 +18,8 @@ from torch import nn
 
 from anetts.models.kokoro import masked
 from anetts.models.kokoro.reference import example_for_seconds
-from anetts.models.kokoro.dsp import KOKORO, frame_mask, pad_last
+from anetts.models.kokoro.dsp import HAR_CHANNELS, KOKORO, frame_mask, pad_last
+from anetts.models.kokoro.fold import HALO, FoldGeometry, halo_frames
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE, KokoroStage
 from anetts.models.kokoro.subpixel import SubPixelConv
 from anetts.tensors import MAIN_FUNCTION, FunctionSpec, TensorSpec
@@ -125,19 +126,75 @@ class GeneratorModule(nn.Module):
         return self.conv_post(F.leaky_relu(x)), m
 
 
+class Fold:
+    """The constant masks of a folded run (traced as constants of the program): `centre` is 1 on each
+    row's centre at 80 Hz, `first` on the sequence's first frame after the reflection pad (row 0)."""
+
+    def __init__(self, g: FoldGeometry):
+        self.centre = F.pad(torch.ones(g.rows, 1, g.valid), (g.halo, g.halo))
+        first = g.halo * g.upsample
+        self.first = F.pad(torch.ones(1, 1, 1), (first, g.width * g.upsample - first, 0, 0, 0, g.rows - 1))
+
+
+class FoldedBody(nn.Module):
+    """The generator body over a sequence folded into rows (kokoro.fold), upsampling by sub-pixel
+    convolutions → conv_post's output at the rows' centres, 0 after the last valid frame."""
+
+    def __init__(self, model, halo: int = HALO):
+        super().__init__()
+        self.generator, self.halo = GeneratorModule(model, subpixel=True), halo
+
+    def forward(self, x_rows, ref_s, har_rows, mask_rows):
+        g = FoldGeometry(x_rows.shape[0], x_rows.shape[-1], self.halo)
+        x, m = self.generator.body(x_rows, ref_s[:, :KOKORO.style_dim], har_rows, mask_rows, Fold(g))
+        start = g.halo * g.upsample
+        return (x * m)[..., start:start + g.valid * g.upsample]
+
+
 class GeneratorStage(KokoroStage):
+    """`layout`: `whole` (the GPU layout: one row, the tail in the graph, output the waveform) or
+    `folded` (the ANE layout: rows of at most 16,384 body frames with halos, sub-pixel upsampling,
+    output conv_post's spectrum; the host runs exp, sin and the inverse STFT, dsp.spectrum_to_audio)."""
+
     name = "generator"
     components = ("decoder",)
     description = "Kokoro iSTFTNet generator from host-computed har"
+    LAYOUTS = ("whole", "folded")
+
+    def __init__(self, layout: str = "whole"):
+        if layout not in self.LAYOUTS:
+            raise ValueError(f"generator layout {layout!r}: choose one of {list(self.LAYOUTS)}")
+        self.layout = layout
+
+    def configure(self, params: dict) -> "GeneratorStage":
+        return GeneratorStage(params.get("layout", "whole"))
+
+    def fold(self, size: int) -> FoldGeometry:
+        return FoldGeometry.for_frames(self.geometry(size)["f0_frames"])
 
     def function(self, size: int) -> FunctionSpec:
         g = self.geometry(size)
+        ref_s = TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style; [:, :style_dim] is the decoder style")
+        if self.layout == "folded":
+            f = self.fold(size)
+            return FunctionSpec(
+                MAIN_FUNCTION,
+                inputs=(
+                    TensorSpec("x_rows", (f.rows, 512, f.width), "float32", "decoder features (80 Hz), folded"),
+                    ref_s,
+                    TensorSpec("har_rows", (f.rows, HAR_CHANNELS, f.width * f.upsample + 1), "float32",
+                               "the hn-NSF source's STFT magnitude and phase, folded"),
+                    TensorSpec("mask_rows", (f.rows, 1, f.width), "float32", "1 for valid 80 Hz frames, folded"),
+                ),
+                outputs=(TensorSpec("spectrum", (f.rows, HAR_CHANNELS, f.valid * f.upsample), "float32",
+                                    "conv_post's log-magnitude and phase channels at the rows' centres"),),
+            )
         return FunctionSpec(
             MAIN_FUNCTION,
             inputs=(
                 TensorSpec("x_pre", (1, 512, g["f0_frames"]), "float32", "decoder features (80 Hz)"),
-                TensorSpec("ref_s", (1, KOKORO.ref_s_dim), "float32", "voice style; [:, :style_dim] is the decoder style"),
-                TensorSpec("har", (1, 22, g["har_frames"]), "float32",
+                ref_s,
+                TensorSpec("har", (1, HAR_CHANNELS, g["har_frames"]), "float32",
                            "STFT magnitude (11) and phase (11) of the hn-NSF source, zero padded"),
                 TensorSpec("mask", (1, 1, g["f0_frames"]), "float32", "1 for valid 80 Hz frames, 0 for padding"),
             ),
@@ -145,18 +202,31 @@ class GeneratorStage(KokoroStage):
         )
 
     def valid_regions(self, inputs) -> dict:
+        if self.layout == "folded":
+            return {"spectrum": None}  # 0 after the last valid frame in the graph and in the reference
         # mask is at 80 Hz: 300 samples per frame
         return {"waveform": (2, 300 * int(inputs["mask"].sum()))}
 
     def build(self, model) -> nn.Module:
-        return GeneratorModule(model).eval()
+        if self.layout == "whole":
+            return GeneratorModule(model).eval()
+        reach = halo_frames(model.decoder.generator)
+        if reach > HALO:
+            raise ValueError(f"the generator body reaches {reach} frames from a row's edge; the folded layout's "
+                             f"halo is {HALO} (kokoro.fold.HALO)")
+        return FoldedBody(model).eval()
 
     def example_inputs(self, model, weights_dir: Path, size: int, reference=None) -> dict[str, np.ndarray]:
         ref = reference if reference is not None else example_for_seconds(model, weights_dir, size, EXAMPLE_VOICE)
         g = self.geometry(size)
-        return {
+        whole = {
             "x_pre": pad_last(ref["x_pre"], g["f0_frames"]),
             "ref_s": ref["ref_s"],
             "har": pad_last(ref["har"], g["har_frames"]),
             "mask": frame_mask(ref["x_pre"].shape[-1], g["f0_frames"]),
         }
+        if self.layout == "whole":
+            return whole
+        f = self.fold(size)
+        return {"x_rows": f.fold(whole["x_pre"]), "ref_s": whole["ref_s"],
+                "har_rows": f.fold(whole["har"], f.upsample, 1), "mask_rows": f.fold(whole["mask"])}
