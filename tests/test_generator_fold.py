@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import re
+import shutil
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from anetts.models.kokoro.dsp import KOKORO, spectrum_to_audio
 from anetts.models.kokoro.fold import HALO, MAX_AXIS, FoldGeometry, halo_frames
@@ -16,6 +20,8 @@ from anetts.models.kokoro.reference import example_for_seconds
 from anetts.models.kokoro.stages.base import EXAMPLE_VOICE
 from anetts.models.kokoro.stages.generator import FoldedBody, GeneratorModule, GeneratorStage
 from anetts.models.kokoro.subpixel import SubPixelConv
+
+from workflow_helpers import run_snakemake
 
 SECONDS = 7  # 560 frames at 80 Hz: three rows, so two row boundaries inside the sequence
 
@@ -110,3 +116,31 @@ def test_the_folded_stage_and_the_host_tail_give_the_whole_stages_waveform(body_
     assert audio.shape == (frames * 300,)
     # the graph's inverse STFT holds float32 tables; the host's runs in float64
     assert np.abs(audio - waveform[:frames * 300]).max() <= 1e-5 * np.abs(waveform).max()
+
+
+def test_a_folded_build_speaks_as_the_whole_build_does(built_workflow, tmp_path):
+    """kokoro-tiny rebuilt with the ANE layout's generator (folded, all fp16, CPU_AND_NE): only the
+    generator's steps rerun, its package passes the parity gate, and the runtime speaks the same
+    audio as the whole layout's build (torch backend: fp32 exports; mil: the fp16 packages)."""
+    from anetts.loader import load
+
+    work = tmp_path / "wf"
+    shutil.copytree(built_workflow, work, symlinks=True)
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["families"]["kokoro"]["stages"]["generator"].update(layout="folded", fp32_ops=[], compute_units="CPU_AND_NE")
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc = run_snakemake(work, "artifacts/kokoro-tiny/manifest.json")
+    rerun = set(re.findall(r"stage=(\w+)", proc.stdout + proc.stderr))
+    assert rerun == {"generator"}, f"the layout's edit reran {sorted(rerun)}"
+    model = work / "artifacts" / "kokoro-tiny"
+    manifest = json.loads((model / "manifest.json").read_text())
+    generator = [p for p in manifest["packages"] if p["stage"] == "generator"]
+    assert [t["name"] for t in generator[0]["functions"][0]["inputs"]] == ["x_rows", "ref_s", "har_rows", "mask_rows"]
+    text = "spˈiːʧ sˈɪnθəsˌɪs."
+    for backend, floor_db in (("torch", 80.0), ("mil", 20.0)):
+        whole = load(built_workflow / "artifacts" / "kokoro-tiny", backend=backend).synthesize(phonemes=text, seed=0)
+        folded = load(model, backend=backend).synthesize(phonemes=text, seed=0)
+        assert folded.audio.shape == whole.audio.shape
+        noise = float(np.sum((folded.audio - whole.audio) ** 2))
+        snr = 10 * np.log10(float(np.sum(whole.audio ** 2)) / max(noise, 1e-30))
+        assert snr >= floor_db, f"{backend}: the folded build's audio is {snr:.1f} dB from the whole build's"

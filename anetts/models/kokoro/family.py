@@ -19,7 +19,8 @@ DECLARATION = FamilyDecl(
                               description="prosody LSTM: aligned features -> F0 and energy curves"),
         "decoder_pre": StageDecl("decoder_pre", "seconds", (f"{_K}/stages/decoder_pre.py", *_SHARED),
                                  uses_reference=True, description="decoder encode/decode blocks before the vocoder"),
-        "generator": StageDecl("generator", "seconds", (f"{_K}/stages/generator.py", *_SHARED), uses_reference=True,
+        "generator": StageDecl("generator", "seconds", (f"{_K}/stages/generator.py", f"{_K}/fold.py", f"{_K}/subpixel.py",
+                                                        *_SHARED), uses_reference=True,
                                description="iSTFTNet vocoder up to the spectrogram and phase"),
     },
     implementation="anetts.models.kokoro.impl",
@@ -43,10 +44,11 @@ DECLARATION = FamilyDecl(
     # seconds of audio per bucket, for the manifest's ANE-eligible share
     audio_seconds="anetts.models.kokoro.share:audio_seconds",
     # the runtime end to end over the compiled packages vs upstream KModel (rule end_to_end)
-    end_to_end_code=(f"{_K}/end_to_end.py", f"{_K}/runtime.py", f"{_K}/text.py", f"{_K}/dsp.py", f"{_K}/weights.py"),
+    end_to_end_code=(f"{_K}/end_to_end.py", f"{_K}/runtime.py", f"{_K}/text.py", f"{_K}/dsp.py", f"{_K}/fold.py",
+                     f"{_K}/weights.py"),
     # the corpus through upstream and the build, judged by the listener models (rule listen)
     listen="anetts.models.kokoro.listen:check_listen",
-    listen_code=(f"{_K}/listen.py", f"{_K}/runtime.py", f"{_K}/frontend.py", f"{_K}/text.py", f"{_K}/weights.py",
+    listen_code=(f"{_K}/listen.py", f"{_K}/runtime.py", f"{_K}/fold.py", f"{_K}/frontend.py", f"{_K}/text.py", f"{_K}/weights.py",
                  "listen/__init__.py", "listen/toolkit.py", "listen/metrics.py", "listen/corpus.py", "listen/gate.py",
                  "listen/corpus/en.txt", "listen/corpus/ja.txt"),
 )

@@ -30,7 +30,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, make_har, pad_last
+from anetts.models.kokoro.dsp import KOKORO, SourceDraws, align, frame_mask, make_har, pad_last, spectrum_to_audio
+from anetts.models.kokoro.fold import FoldGeometry
 from anetts.runtime.errors import ArtifactError, InputError, TTSError, check_text_unicode, validate_seed
 from anetts.runtime.manifest import ModelArtifacts, PackageEntry
 from anetts.runtime.planned import Planned
@@ -431,19 +432,35 @@ class KokoroRuntime:
             })["x_pre"][:, :, :f2]
         with timings("har"):
             draws = SourceDraws.sample(frames * SAMPLES_PER_FRAME, rng)
-            har = make_har(f0[0], self.l_linear_weight, self.l_linear_bias, draws, gen.input("har").shape[-1])
+            har = make_har(f0[0], self.l_linear_weight, self.l_linear_bias, draws, int(gen.geometry["har_frames"]))
         with timings("generator"):
-            wav = run("generator", gen.bucket, {
-                "x_pre": pad_last(x_pre, gen.input("x_pre").shape[-1]),
-                "ref_s": ref_s,
-                "har": har,
-                "mask": frame_mask(f2, gen.input("mask").shape[-1]),
-            })["waveform"]
+            wav = self._vocode(gen, x_pre, ref_s, har, f2)
         audio = np.ascontiguousarray(wav.reshape(-1)[: frames * SAMPLES_PER_FRAME], dtype=np.float32)
         if not np.isfinite(audio).all():
             raise TTSError(f"{self.backend.name} backend produced non-finite audio ({gen.label})")
         buckets = {"duration": dur.bucket, "f0ntrain": f0e.bucket, "decoder_pre": dpe.bucket, "generator": gen.bucket}
         return audio, pred_dur, buckets
+
+    def _vocode(self, gen: PackageEntry, x_pre: np.ndarray, ref_s: np.ndarray, har: np.ndarray, f2: int) -> np.ndarray:
+        """The generator stage over `f2` 80 Hz frames → 24 kHz samples. A whole-layout package gives the
+        waveform; a folded one (kokoro.fold: its inputs are rows) gives conv_post's spectrum, whose
+        tail (exp, sin, inverse STFT) the host runs."""
+        if "x_rows" not in {t.name for t in gen.inputs}:
+            return self.backend.run("generator", gen.bucket, {
+                "x_pre": pad_last(x_pre, gen.input("x_pre").shape[-1]),
+                "ref_s": ref_s,
+                "har": har,
+                "mask": frame_mask(f2, gen.input("mask").shape[-1]),
+            })["waveform"]
+        rows = gen.input("x_rows").shape
+        fold = FoldGeometry(rows[0], rows[-1])
+        spectrum = self.backend.run("generator", gen.bucket, {
+            "x_rows": fold.fold(x_pre),
+            "ref_s": ref_s,
+            "har_rows": fold.fold(har, fold.upsample, 1),
+            "mask_rows": fold.fold(np.ones((1, 1, f2), np.float32)),
+        })["spectrum"]
+        return spectrum_to_audio(fold.unfold(spectrum, f2 * fold.upsample + 1))
 
     def predict_durations(self, input_ids: Sequence[int], voice=None, speed: float = 1.0, *,
                           ref_s: np.ndarray | None = None) -> np.ndarray:
