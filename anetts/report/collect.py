@@ -180,6 +180,8 @@ def collect(inputs: dict[str, list[str]]) -> dict:
         match = next((r for r in data["parity"] if Path(r["_path"]) == Path(report_path)), None)
         if match is None:
             raise ReportInputError(f"report input {p} (audio parity arrays) has no parity report {report_path} among the inputs")
+        if name not in match.get("valid_regions", {}):  # its package ends before the audio (a folded generator)
+            continue
         waves = read_waveforms(p, regions[match["_path"]], name)
         audio.append({"stage": match["stage"], "bucket": match["bucket"], "waves": waves})
     data["audio"] = audio

@@ -87,9 +87,12 @@ def _waveform_plot(reports: list, arrays: list, audio: dict, path: Path) -> None
     import matplotlib.pyplot as plt
 
     stage, name = audio.get("stage"), audio.get("output")
+    # a stage whose package ends before the audio (Kokoro's folded generator: the host makes it) has none
     runs = [(Path(r), Path(a)) for r, a in zip(reports, arrays)
-            if stage and json.loads(Path(r).read_text())["stage"] == stage]
+            if stage and (rep := json.loads(Path(r).read_text()))["stage"] == stage and name in rep["valid_regions"]]
     fig, axes = plt.subplots(3, 1, figsize=(10, 8))
+    if not runs:
+        axes[0].set_title(f"no package outputs audio{f' ({stage} ends before it)' if stage else ''}")
     if runs:
         last, last_arrays = max(runs, key=lambda ra: json.loads(ra[0].read_text())["valid_regions"][name][1])
         with np.load(last_arrays) as z:

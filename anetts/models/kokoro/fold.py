@@ -63,12 +63,14 @@ class FoldGeometry:
     @classmethod
     def for_frames(cls, frames: int, halo: int = HALO, upsample: int = UPSAMPLE,
                    max_axis: int = MAX_AXIS) -> "FoldGeometry":
-        """The fewest rows, each as wide as the widest axis allows, whose centres cover `frames`
-        80 Hz frames and the frame the reflection pad adds."""
-        width = (max_axis - 1) // upsample  # the body's widest axis is width × upsample + 1
-        if width - 2 * halo < 1:
-            raise ValueError(f"a halo of {halo} frames leaves no centre in rows of {width}")
-        return cls(-(-(frames + 1) // (width - 2 * halo)), width, halo, upsample)
+        """The fewest rows whose centres cover `frames` 80 Hz frames and the frame the reflection pad
+        adds, with the widest axis in bounds; then the narrowest centres that still cover them, so the
+        last row carries little padding (the body's work grows with rows × width)."""
+        widest = (max_axis - 1) // upsample  # the body's widest axis is width × upsample + 1
+        if widest - 2 * halo < 1:
+            raise ValueError(f"a halo of {halo} frames leaves no centre in rows of {widest}")
+        rows = -(-(frames + 1) // (widest - 2 * halo))
+        return cls(rows, -(-(frames + 1) // rows) + 2 * halo, halo, upsample)
 
     @property
     def valid(self) -> int:
