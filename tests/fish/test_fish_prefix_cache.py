@@ -34,6 +34,12 @@ def _boundary(tts, voice: Reference) -> int:
     return L // tts.prefill_tokens * tts.prefill_tokens
 
 
+def _cached(tts, voice: Reference) -> bool:
+    """Whether the voice's system turn, to its last whole block, is in the runtime's prefix cache."""
+    rows = P.encode(tts.cfg, [P.system_turn(tts.cfg, tts.tokenizer, voice.text, voice.codes)])
+    return prefix_key(rows[:, :_boundary(tts, voice)], tts.prefill_tokens) in tts.prefix_cache
+
+
 def _speak(tts, voice, text: str = TEXT):
     return tts.synthesize(text, voice, temperature=0, max_frames=FRAMES)
 
@@ -148,12 +154,12 @@ def test_the_server_prefills_stored_voices_at_start_and_new_ones_when_made(runti
     tts = runtimes["torch"]
     tts.set_prefix_cache_mb(0)
     voices = tmp_path / "voices"
-    VoiceStore(voices).create("stored", _voice(tts, 5), None)
+    stored = VoiceStore(voices).create("stored", _voice(tts, 5), None)
     app = create_app(ServeConfig(model_dir, voice_dir=voices, max_frames=4, prefix_cache_mb=64), instances=[tts])
-    assert len(tts.prefix_cache) == 1 and tts.prefix_cache.max_bytes == 64 << 20
+    assert _cached(tts, stored.reference) and tts.prefix_cache.max_bytes == 64 << 20
     speaker = app.state.speaker
     made = speaker.register(tts, "new", "A reference clip of mine.", reference_clip[1], C.SAMPLE_RATE)
-    assert len(tts.prefix_cache) == 2
+    assert _cached(tts, made.reference)
     assert _speak(tts, made.reference).timings["prefill_cached_rows"] == _boundary(tts, made.reference)
     tts.set_prefix_cache_mb(0)
 
