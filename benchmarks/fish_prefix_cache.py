@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -98,15 +99,18 @@ def measure(model_dir: Path, backend: str, seconds: float, repeats: int, max_fra
     return out
 
 
-def s2_pro_projection(cached_rows: int, prefill_block: int) -> dict:
-    """The prefill a cached prefix of `cached_rows` saves at S2 Pro size, from the declared slow-chunk bytes."""
+def s2_pro_projection(cached_rows: int, reference_frames: int, prefill_block: int) -> dict:
+    """The prefill a cached prefix saves at S2 Pro size, from the declared slow-chunk bytes, for two prefix
+    lengths: this run's (fish-tiny's byte-level tokenizer: a row per byte of the system prompt and
+    transcript) and the reference codes' rows alone (S2 Pro's BPE adds its text tokens on top)."""
     p = json.loads(PROJECTION.read_text())
     slow, eff = p["bytes_per_frame"]["slow_chunks"], p["effective_bandwidth"]
+    rows = {"this_run": cached_rows, "reference_codes_only": reference_frames // prefill_block * prefill_block}
     chips = {}
     for chip, row in p["projection"].items():
         block_ms = slow / (row["bandwidth_gbs"] * 1e9 * eff) * 1000
         chips[chip] = {"bandwidth_gbs": row["bandwidth_gbs"], "prefill_block_ms": round(block_ms, 2),
-                       "saved_ms_per_request": round(cached_rows / prefill_block * block_ms, 1)}
+                       **{f"saved_ms_{k}": round(n / prefill_block * block_ms, 1) for k, n in rows.items()}}
     return {"source": f"{PROJECTION.relative_to(ROOT)} ({p['source']}): bytes_per_frame.slow_chunks, "
                       "effective_bandwidth, projection.*.bandwidth_gbs",
             "formula": "saved_ms = cached_rows / P x slow_chunk_bytes / (bandwidth x effective_bandwidth); a "
@@ -114,7 +118,7 @@ def s2_pro_projection(cached_rows: int, prefill_block: int) -> dict:
                        "decode projection assumes); its compute and the calls' overheads are not counted",
             "not_measured": "no S2 Pro prefill has been timed (no Mac run; the Linux full-size runs time whole "
                             "requests, not their prefill): this is a bandwidth projection, not a measurement",
-            "cached_rows": cached_rows, "prefill_block": prefill_block, "slow_chunk_bytes": slow,
+            "cached_rows": rows, "prefill_block": prefill_block, "slow_chunk_bytes": slow,
             "effective_bandwidth": eff, "chips": chips}
 
 
@@ -133,7 +137,7 @@ def main(argv=None) -> int:
     model = json.loads((args.model_dir / "manifest.json").read_text()).get("model", args.model_dir.name)
     result = {"model": model, "text": TEXT, "max_frames": args.max_frames, "threads": args.threads,
               "command": "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *(argv or sys.argv[1:])]),
-              "backends": {}}
+              "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "backends": {}}
     for backend in args.backends.split(","):
         r = measure(args.model_dir, backend, args.reference_seconds, args.repeats, args.max_frames, args.threads)
         result["backends"][backend] = r
@@ -142,9 +146,11 @@ def main(argv=None) -> int:
               f"{r['cached']['first_audio_s']:.3f} s (x{r['first_audio_speedup']}), whole request "
               f"{r['uncached']['total_s']:.3f} -> {r['cached']['total_s']:.3f} s; codes equal: {r['greedy_codes_equal']}")
     first = next(iter(result["backends"].values()))
-    result["s2_pro_projection"] = s2_pro_projection(first["cached_rows"], first["prefill_block"])
+    result["s2_pro_projection"] = s2_pro_projection(first["cached_rows"], first["reference_frames"],
+                                                    first["prefill_block"])
     for chip, row in result["s2_pro_projection"]["chips"].items():
-        print(f"S2 Pro projected, {chip}: {row['saved_ms_per_request']} ms of prefill saved per request")
+        print(f"S2 Pro projected, {chip}: {row['saved_ms_this_run']} ms ({row['saved_ms_reference_codes_only']} ms "
+              "for the codes' rows alone) of prefill saved per request")
     result["machine"] = provenance()
     out = args.out or ROOT / "benchmarks" / "results" / f"fish_prefix_cache_{model}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
