@@ -10,6 +10,7 @@ from pathlib import Path
 
 from anetts.artifacts import atomic_file
 from anetts.loader import DEFAULT_MODEL_DIR, HF_SCHEME
+from anetts.models.fish.prefix import DEFAULT_MB as PREFIX_CACHE_MB
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
 from anetts.serve import config as SV
 
@@ -107,8 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"bytes of the whole voice store (default {SV.MAX_VOICE_BYTES >> 20} MiB)")
     sv.add_argument("--prefix-cache-mb", type=int, default=None, metavar="MB",
                     help="Fish: MiB per worker of prefilled voice prompts (a cloned voice's system turn prefilled "
-                         "once, at registration or start, not in every request; 0: none kept; default 1024: "
-                         "7 S2 Pro voices on Core ML or mil, 3 on torch)")
+                         f"once, at registration or start, not in every request; 0: none kept; default "
+                         f"{PREFIX_CACHE_MB}: a snapshot of S2 Pro is 144 MiB on Core ML or mil, 288 MiB on torch)")
     sv.add_argument("-v", "--verbose", action="store_true", help="log more")
     sv.set_defaults(func=_serve)
 
