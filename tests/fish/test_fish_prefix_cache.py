@@ -84,13 +84,16 @@ def test_a_prepared_voice_starts_cached_and_the_cap_drops_the_least_recently_use
     a, b = _voice(tts, 3), _voice(tts, 4)
     tts.set_prefix_cache_mb(64)
     assert tts.prepare_voice(a)
-    assert _speak(tts, a).timings["prefill_cached_rows"] == _boundary(tts, a)  # its first request is a hit
+    prepared = _speak(tts, a)
+    assert prepared.timings["prefill_cached_rows"] == _boundary(tts, a)  # its first request is a hit
     one = tts.decoder._state_bytes
     tts.set_prefix_cache_mb(-(-one // (1 << 20)))  # room for one snapshot (MiB): the older ones dropped
     assert len(tts.prefix_cache) == 1
     assert not tts.prepare_voice(b, evict=False)  # full: a stored voice at start does not drop another
     assert tts.prepare_voice(b) and len(tts.prefix_cache) == 1  # a new registration does
-    assert _speak(tts, a).timings["prefill_cached_rows"] == 0  # a was dropped
+    dropped = _speak(tts, a)
+    assert dropped.timings["prefill_cached_rows"] == 0  # a was dropped
+    assert np.array_equal(prepared.codes, dropped.codes)  # prefilled alone, the prefix gives the same codes
     tts.set_prefix_cache_mb(0)
     assert len(tts.prefix_cache) == 0 and not tts.prepare_voice(a)
     assert _speak(tts, a).timings["prefill_cached_rows"] == 0 and len(tts.prefix_cache) == 0
