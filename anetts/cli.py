@@ -10,6 +10,7 @@ from pathlib import Path
 
 from anetts.artifacts import atomic_file
 from anetts.loader import DEFAULT_MODEL_DIR, HF_SCHEME
+from anetts.models.fish.prefix import DEFAULT_MB as PREFIX_CACHE_MB
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
 from anetts.serve import config as SV
 
@@ -105,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"cloned voices per owner (API key) (default {SV.MAX_VOICES}, OpenAI's)")
     sv.add_argument("--max-voice-bytes", type=int, default=SV.MAX_VOICE_BYTES,
                     help=f"bytes of the whole voice store (default {SV.MAX_VOICE_BYTES >> 20} MiB)")
+    sv.add_argument("--prefix-cache-mb", type=int, default=None, metavar="MB",
+                    help="Fish: MiB per worker of prefilled voice prompts (a cloned voice's system turn prefilled "
+                         f"once, at registration or start, not in every request; 0: none kept; default "
+                         f"{PREFIX_CACHE_MB}: a snapshot of S2 Pro is 144 MiB on Core ML or mil, 288 MiB on torch)")
     sv.add_argument("-v", "--verbose", action="store_true", help="log more")
     sv.set_defaults(func=_serve)
 
@@ -366,7 +371,8 @@ def _serve(args) -> int:
             ("max_body_bytes", args.max_body_bytes, 1), ("max_input_chars", args.max_input_chars, 1),
             ("port", args.port, 0), ("max_frames", args.max_frames or 1, 1),
             ("header_timeout", args.header_timeout, 0.001), ("max_voices", args.max_voices, 0),
-            ("max_voice_bytes", args.max_voice_bytes, 0)) if v < lo]
+            ("max_voice_bytes", args.max_voice_bytes, 0),
+            ("prefix_cache_mb", 0 if args.prefix_cache_mb is None else args.prefix_cache_mb, 0)) if v < lo]
     if bad:
         print(f"anetts serve: error: {bad[0]}", file=sys.stderr)
         return 2
@@ -380,7 +386,7 @@ def _serve(args) -> int:
                          cors_origins=args.cors_origin, max_body_bytes=args.max_body_bytes,
                          max_input_chars=args.max_input_chars, max_frames=args.max_frames, threads=args.threads,
                          header_timeout=args.header_timeout, voice_dir=args.voice_dir, max_voices=args.max_voices,
-                         max_voice_bytes=args.max_voice_bytes)
+                         max_voice_bytes=args.max_voice_bytes, prefix_cache_mb=args.prefix_cache_mb)
     try:
         run(config, port=args.port, log_level="info" if args.verbose else "warning")
     except TTSError as e:

@@ -143,7 +143,30 @@ class Program:
         """The values of a state made by :meth:`new_state`, as float32 numpy arrays by name."""
         raise NotImplementedError
 
+    def copy_state(self, state):
+        """A new state holding the values of `state` (made by :meth:`new_state` of this program), independent
+        of it: calls with either leave the other as it was (a snapshot, e.g. of a prefilled KV cache)."""
+        return None if state is None else self._copy_state(state)
+
+    def state_bytes(self, state) -> int:
+        """Bytes a state of this program holds (default: the declared states, in their declared dtype)."""
+        spec = self._stateful()
+        return sum(int(np.prod(t.shape)) * np.dtype(t.np_dtype).itemsize for t in spec.states)
+
+    def _stateful(self) -> FunctionSpec:
+        """The function whose states a state of this program is (every stateful function shares them)."""
+        spec = self.function(None)
+        if spec.states:
+            return spec
+        spec = next((f for f in self.functions.values() if f.states), None)
+        if spec is None:
+            raise InputError(f"{self.label} keeps no states")
+        return spec
+
     def _new_state(self, spec: FunctionSpec):  # pragma: no cover - per executor
+        raise NotImplementedError
+
+    def _copy_state(self, state):  # pragma: no cover - per executor
         raise NotImplementedError
 
     def _run(self, spec: FunctionSpec, inputs: dict, state) -> dict:  # pragma: no cover - per executor
@@ -176,6 +199,11 @@ class MilRunner(Program):
 
     def read_states(self, state):
         return {k: np.asarray(v, np.float32) for k, v in state.to_numpy().items()}
+
+    def _copy_state(self, state):
+        # the executor never writes into a state's tensor (write_state replaces it: anetts.mil.ops.state,
+        # and slice_update clones), so the copy may share them
+        return state.copy()
 
 
 class SharedTensors:
@@ -275,6 +303,14 @@ class TorchRunner(Program):
     def read_states(self, state):
         return {k: v.float().numpy().copy() for k, v in state.items()}
 
+    def _copy_state(self, state):
+        # the exports update their state buffers in place: the copy needs tensors of its own
+        with self._lock:  # not while a call writes into `state`
+            return {k: v.clone() for k, v in state.items()}
+
+    def state_bytes(self, state) -> int:
+        return sum(v.numel() * v.element_size() for v in state.values())  # the export's dtype (fp32)
+
 
 def _coremltools():
     if sys.platform != "darwin":
@@ -336,6 +372,13 @@ class CoreMLRunner(Program):
         names = {t.name for f in self.functions.values() for t in f.states}
         return {n: np.asarray(state.read_state(n), np.float32) for n in sorted(names)}
 
+    def _copy_state(self, state):
+        spec = self._stateful()
+        other = self._model(spec.name).make_state()
+        for t in spec.states:
+            other.write_state(t.name, state.read_state(t.name))
+        return other
+
 
 class CoreAIRunner(Program):
     """Apple's Core AI runtime on a `.aimodel` (an fp16 asset takes and gives fp16: cast at the boundary)."""
@@ -356,6 +399,9 @@ class CoreAIRunner(Program):
 
     def _new_state(self, spec):
         raise BackendUnavailable(f"the coreai backend does not run stateful functions yet ({self.label} {spec.name})")
+
+    def _copy_state(self, state):
+        raise BackendUnavailable(f"the coreai backend does not run stateful functions yet ({self.label})")
 
     def _run(self, spec, inputs, state):
         return run_asset(self.asset, inputs, spec.name, self.io)

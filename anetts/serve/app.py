@@ -20,7 +20,7 @@ from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from anetts._version import __version__
-from anetts.runtime.errors import InputError, check_text_unicode
+from anetts.runtime.errors import InputError, TTSError, check_text_unicode
 from anetts.serve import guard
 from anetts.serve.encode import FormatError, StreamEncoder, check_format, encode
 from anetts.serve.errors import APIError, error_body, install
@@ -64,6 +64,17 @@ def _quiet_stream_cuts() -> None:
         logger.addFilter(_QuietStreamCut())
 
 
+def _set_prefix_cache(instances: list, mb: int, model_id: str) -> None:
+    for inst in instances:
+        if not hasattr(inst, "set_prefix_cache_mb"):
+            raise TTSError(f"--prefix-cache-mb: not an option of {model_id} ({inst.family}); only Fish builds keep "
+                           "prefilled voice prompts")
+        try:
+            inst.set_prefix_cache_mb(mb)
+        except InputError as e:
+            raise TTSError(f"--prefix-cache-mb: {e}") from None
+
+
 def _page() -> str:
     return resources.files("anetts.serve").joinpath("page.html").read_text(encoding="utf-8")
 
@@ -77,6 +88,8 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                      for _ in range(config.workers)]
     first = instances[0]
     model_id = first.artifacts.manifest.get("model") or Path(config.model_dir).name
+    if config.prefix_cache_mb is not None:
+        _set_prefix_cache(instances, config.prefix_cache_mb, model_id)
     store = VoiceStore(config.voice_dir, max_per_owner=config.max_voices, max_bytes=config.max_voice_bytes)
     speaker = Speaker(model_id, first, options={"max_frames": config.max_frames}, store=store)
     if first.capabilities.cloning:
@@ -87,6 +100,9 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
             log.warning("cloned voices are kept in memory only (no --voice-dir): they are gone when the server stops")
     if not config.api_keys:
         log.warning("no API keys: a single-user server; every client sees, uses and deletes every cloned voice")
+    if first.capabilities.cloning and len(store):
+        for inst in instances:
+            log.info("prefilled the prompts of %d of %d stored voices", speaker.prepare_voices(inst), len(store))
     pool = ModelPool(instances, config.queue, config.timeout)
     for inst in instances:  # the G2P and the smallest buckets, timed: the pool's first speed estimate
         pool.calibrate(speaker.warmup(inst))

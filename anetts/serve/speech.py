@@ -194,7 +194,13 @@ class Speaker:
         """Clone a voice from a reference clip (encoded once) and keep it under a new id, owned by ``owner``."""
         cap_error(self.store.check_room, owner)  # before the encoding: a full store costs no work
         reference = self.reference(model, text, clip, rate)
+        model.prepare_voice(reference)  # its prompt's fixed prefix prefilled once, here, not in each request
         return cap_error(self.store.create, name, reference, owner, consent)
+
+    def prepare_voices(self, model) -> int:
+        """Prefill the stored voices' fixed prompt prefixes on ``model``, newest first, as far as its cache
+        holds them without dropping one: how many are cached."""
+        return sum(model.prepare_voice(v.reference, evict=False) for v in self.store.newest())
 
     # ------------------------------------------------------------------ speech
 

@@ -187,6 +187,11 @@ class VoiceStore:
         with self._lock:
             return sorted((v for v in self._voices.values() if v.owner == owner), key=lambda v: (v.created_at, v.id))
 
+    def newest(self) -> list[StoredVoice]:
+        """Every owner's voices, the newest first (what the server prefills at start, as its cache holds them)."""
+        with self._lock:
+            return sorted(self._voices.values(), key=lambda v: (v.created_at, v.id), reverse=True)
+
     def get(self, id_or_name: str, owner: str | None) -> StoredVoice | None:
         """An owner's voice by id, else by name (the newest of that name); None if it has none such."""
         with self._lock:

@@ -67,6 +67,34 @@ def test_runner_plays_prefill_then_decode_with_one_state(built, executor):
     assert all(np.abs(v).max() > 0 for v in states.values())  # written by the calls
 
 
+@pytest.mark.parametrize("executor", ["torch", "mil"])
+def test_a_copied_state_is_equal_and_independent(built, executor):
+    ref, scenario, _ = built
+    program = load_program(executor, ref)
+    prefill = next(c for c in scenario.calls if c.function == "prefill")
+    decode = next(c for c in scenario.calls if c.function == "decode")
+    state = program.new_state()
+    program.run("prefill", prefill.inputs, state)
+    copied = program.copy_state(state)
+    held = program.read_states(copied)
+    assert copied is not state and _same(held, program.read_states(state))
+    went_on = program.run("decode", decode.inputs, state)
+    assert _same(program.read_states(copied), held)  # the call on the original left the copy as it was
+    assert not _same(program.read_states(state), held)
+    # the copy goes on exactly as the original did, and that leaves the original as it was
+    after = program.read_states(state)
+    from_copy = program.run("decode", decode.inputs, copied)
+    assert all(np.array_equal(went_on[k], from_copy[k]) for k in went_on)
+    assert _same(program.read_states(state), after) and _same(program.read_states(copied), after)
+    # torch keeps states in the exports' fp32, mil in the package's fp16
+    assert program.state_bytes(state) == sum(v.size for v in held.values()) * (4 if executor == "torch" else 2)
+    assert program.copy_state(None) is None
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def test_inputs_are_checked_against_the_function(built):
     ref, scenario, _ = built
     program = load_program("mil", ref)

@@ -37,6 +37,7 @@ import numpy as np
 from anetts.models.fish import prompt as P
 from anetts.models.fish.assets import CODEBOOK_EMBEDDINGS, EMBEDDINGS, InputEmbedding
 from anetts.models.fish.config import CONFIG_NAME, FishConfig
+from anetts.models.fish.prefix import DEFAULT_MB, PrefixCache, Snapshot, prefix_key
 from anetts.models.fish.sampling import (DECODE, FRAME, NOISE_LOW, SamplingParams, SemanticSampler, frame_draw,
                                          gumbel_noise, sample_logits)
 from anetts.models.fish.tokenizer import TOKENIZER_NAME, TokenizerError, load_tokenizer
@@ -81,7 +82,9 @@ class FishChunk:
     stop: str | None = None  # at a chunk's end: "im_end", "max_frames"
     context_restarts: int = 0
     is_last: bool = False
-    timings: dict | None = None  # at a text chunk's end: seconds per part spent on that chunk
+    # at a text chunk's end, for that chunk: seconds per part, and the prompt rows prefilled (`prefill_rows`)
+    # and started from the prefix cache (`prefill_cached_rows`)
+    timings: dict | None = None
     input_tokens: int = 0  # at a chunk's end: the text chunk's tokens
     sample_rate: int = SAMPLE_RATE
     words = ()  # Fish has no word alignment (anetts.runtime.speech)
@@ -201,17 +204,20 @@ class FishDecoder:
     head's `logits`; `fast_ar`) with `run(function, inputs, state)` and `new_state()` (zeroed KV
     states); the host embeds the input rows, `Picks` chooses every token and code. `context` is the slow chunks' KV rows, `prefill`
     their prefill block. `fast_function`: the fast AR's `frame` (fused, one call per frame) or
-    `decode` (stepped); None: the package's default."""
+    `decode` (stepped); None: the package's default. `prefix_cache`: where the slow states after a
+    prompt's fixed prefix are kept (:mod:`anetts.models.fish.prefix`); None: every prompt prefilled whole."""
 
     def __init__(self, cfg: FishConfig, embed: Callable[[np.ndarray], np.ndarray], program: Callable[[str], object],
                  chunk_stages: Sequence[str], context: int, prefill: int, row_ids: np.ndarray,
-                 fast_function: str | None = None):
+                 fast_function: str | None = None, prefix_cache: PrefixCache | None = None):
         self.cfg, self.embed, self.program = cfg, embed, program
         self.chunk_stages, self.context, self.prefill_tokens = list(chunk_stages), int(context), int(prefill)
         self.row_ids = np.asarray(row_ids)
         if fast_function not in (None, FRAME, DECODE):
             raise InputError(f"fast_function must be {FRAME!r} (fused) or {DECODE!r} (stepped), got {fast_function!r}")
         self.fast_function = fast_function
+        self.prefix_cache = prefix_cache
+        self._state_bytes: int | None = None
 
     @property
     def fused(self) -> bool:
@@ -230,19 +236,82 @@ class FishDecoder:
             out = self.program(stage).run(function, {"hidden": out["hidden_out"], "pos": np.array([pos], np.int32)}, st)
         return out["hidden_out"][0, row], out["logits"].reshape(-1, len(self.row_ids))[row]
 
-    def _prefill(self, rows: np.ndarray, timings) -> tuple[np.ndarray, np.ndarray, list]:
+    def _prefill(self, rows: np.ndarray, timings, prefix: int = 0) -> tuple[np.ndarray, np.ndarray, list]:
+        """Prefill prompt `rows` whose first `prefix` rows are a fixed prefix (the system turn): from the
+        cached states after its last whole block when there are some, else from zeroed states, keeping
+        them at that block's end. Aligned to the blocks, a cached start makes the very calls, with the
+        very inputs and states, that the whole prefill makes from that row on: the outputs, and so greedy
+        codes, are bit-identical to the uncached path's."""
         t0 = time.perf_counter()
-        states = [self.program(s).new_state() for s in self.chunk_stages]
+        T, Pn = rows.shape[1], self.prefill_tokens
+        boundary = self._boundary(prefix, T)
+        key = prefix_key(rows[:, :boundary], Pn) if boundary else None
+        snap = self.prefix_cache.get(key) if key else None
+        if snap is not None:
+            states, start = self._restore(snap), boundary
+        else:
+            states, start = [self.program(s).new_state() for s in self.chunk_stages], 0
         x = self.embed(rows)
-        T, Pn = x.shape[0], self.prefill_tokens
         h = logits = None
-        for p in range(0, T, Pn):
+        for p in range(start, T, Pn):
             k = min(Pn, T - p)
             block = np.zeros((1, Pn, x.shape[1]), np.float32)
             block[0, :k] = x[p:p + k]
             h, logits = self._slow(block, p, "prefill", states, k - 1)
+            if key and snap is None and p + Pn == boundary:
+                self._keep(key, boundary, states)
         timings["prefill"] += time.perf_counter() - t0
+        timings["prefill_rows"] += T - start
+        timings["prefill_cached_rows"] += start
         return h, logits, states
+
+    def _boundary(self, prefix: int, T: int) -> int:
+        """The last prefill-block boundary inside a `prefix`-row fixed prefix of a T-row prompt; 0: no caching."""
+        if self.prefix_cache is None or not self.prefix_cache.enabled:
+            return 0
+        boundary = prefix // self.prefill_tokens * self.prefill_tokens
+        return boundary if 0 < boundary < T else 0
+
+    def _restore(self, snap: Snapshot) -> list:
+        return [self.program(s).copy_state(st) for s, st in zip(self.chunk_stages, snap.states)]
+
+    def _snapshot_bytes(self, states: list) -> int:
+        if self._state_bytes is None:  # the same for every snapshot of these programs
+            self._state_bytes = sum(self.program(s).state_bytes(st) for s, st in zip(self.chunk_stages, states))
+        return self._state_bytes
+
+    def _keep(self, key: str, rows: int, states: list) -> None:
+        nbytes = self._snapshot_bytes(states)
+        if nbytes <= self.prefix_cache.max_bytes:  # no copy for a cache too small to hold it
+            copies = tuple(self.program(s).copy_state(st) for s, st in zip(self.chunk_stages, states))
+            self.prefix_cache.put(key, Snapshot(copies, rows, nbytes))
+
+    def _room(self, nbytes: int, evict: bool) -> bool:
+        return nbytes <= self.prefix_cache.max_bytes if evict else self.prefix_cache.fits(nbytes)
+
+    def prefill_prefix(self, rows: np.ndarray, *, evict: bool = True) -> bool:
+        """Prefill a fixed prefix alone (rows (1 + num_codebooks, L): a voice's system turn) up to its last
+        whole block and keep the states, so the prompts that open with it start there. True when they are
+        cached (now or before); False when they cannot be: the cache is off or too small, the prefix is
+        shorter than a block, or (not `evict`) keeping them would drop another prefix's."""
+        rows = np.asarray(rows, np.int64)
+        Pn = self.prefill_tokens
+        boundary = self._boundary(rows.shape[1], rows.shape[1] + 1)
+        if not boundary:
+            return False
+        key = prefix_key(rows[:, :boundary], Pn)
+        if key in self.prefix_cache:
+            return True
+        if self._state_bytes is not None and not self._room(self._state_bytes, evict):
+            return False
+        states = [self.program(s).new_state() for s in self.chunk_stages]
+        nbytes = self._snapshot_bytes(states)
+        if not self._room(nbytes, evict):
+            return False
+        x = self.embed(rows[:, :boundary])
+        for p in range(0, boundary, Pn):  # whole blocks: the calls a prompt's own prefill makes up to the boundary
+            self._slow(x[None, p:p + Pn], p, "prefill", states, Pn - 1)
+        return self.prefix_cache.put(key, Snapshot(tuple(states), boundary, nbytes))
 
     def _frame(self, f: int, pos: int, h: np.ndarray, logits: np.ndarray, picks: Picks,
                fast_state) -> tuple[int, list[int]]:
@@ -283,11 +352,14 @@ class FishDecoder:
         return token, codes
 
     def generate(self, rows: np.ndarray, budget: int, picks: Picks, *, stop_at_end: bool = True,
-                 restart: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[tuple[int, list[int]]]:
+                 restart: Callable[[np.ndarray], np.ndarray] | None = None,
+                 prefix: int = 0) -> Iterator[tuple[int, list[int]]]:
         """Frames (token, codes) from prompt `rows` (1 + num_codebooks, T): at most `budget`, until
         <|im_end|> (when `stop_at_end`; else it is yielded with no codes and fed back with codebook
         rows 0). When the next slow step would pass the context, `restart(codes so far)` gives the rows
-        of a fresh context to go on from (without it the generation stops there, logged)."""
+        of a fresh context to go on from (without it the generation stops there, logged). `prefix`: the
+        rows of the fixed prefix that `rows` and every restart's rows open with (the system turn), whose
+        prefill the prefix cache keeps."""
         rows = np.asarray(rows, np.int64)
         if rows.ndim != 2 or rows.shape[0] != self.cfg.num_codebooks + 1:
             raise InputError(f"prompt rows must be ({self.cfg.num_codebooks + 1}, T), got {rows.shape}")
@@ -295,10 +367,10 @@ class FishDecoder:
             raise InputError("empty prompt")
         if self.room(rows.shape[1]) < 1:
             raise InputError(f"a prompt of {rows.shape[1]} tokens does not fit the context of {self.context}")
-        return self._generate(rows, budget, picks, stop_at_end, restart)
+        return self._generate(rows, budget, picks, stop_at_end, restart, prefix)
 
-    def _generate(self, rows, budget, picks, stop_at_end, restart) -> Iterator[tuple[int, list[int]]]:
-        h, logits, states = self._prefill(rows, picks.timings)
+    def _generate(self, rows, budget, picks, stop_at_end, restart, prefix) -> Iterator[tuple[int, list[int]]]:
+        h, logits, states = self._prefill(rows, picks.timings, prefix)
         pos = rows.shape[1]  # the slow position the next input row goes to
         fast_state = self.program("fast_ar").new_state()
         done: list[list[int]] = []
@@ -321,7 +393,7 @@ class FishDecoder:
                 rows = restart(np.asarray(done, np.int64).T)
                 if rows is None:
                     return
-                h, logits, states = self._prefill(rows, picks.timings)
+                h, logits, states = self._prefill(rows, picks.timings, prefix)
                 pos = rows.shape[1]
                 continue
             t0 = time.perf_counter()
@@ -338,7 +410,8 @@ class FishDecoder:
 class FishRuntime:
     """Text -> codes (frames, 10) -> 44.1 kHz audio (when the build has a codec stage) from a Fish build
     (the runtime protocol of :mod:`anetts.runtime.speech`). Its one built voice is ``default`` (no
-    reference); other voices are cloned from a reference clip (:meth:`make_voice`)."""
+    reference); other voices are cloned from a reference clip (:meth:`make_voice`). `prefix_cache_mb`: the
+    cap of the cache of prefilled system turns (:mod:`anetts.models.fish.prefix`; 0: none kept)."""
 
     family = "fish"
     sample_rate = SAMPLE_RATE
@@ -347,8 +420,9 @@ class FishRuntime:
     # what the server times at start: one short text (a frame costs seconds at full size on a CPU)
     warmup_texts = ("Hello there. This is a warm-up.",)
 
-    def __init__(self, artifacts: ModelArtifacts, backend: Runner):
+    def __init__(self, artifacts: ModelArtifacts, backend: Runner, *, prefix_cache_mb: int = DEFAULT_MB):
         self.artifacts, self.backend = artifacts, backend
+        self.prefix_cache = PrefixCache(prefix_cache_mb)
         self._encoder = None  # upstream's DAC for reference clips, loaded on first use
         try:
             self.cfg = FishConfig.from_json(artifacts.asset(CONFIG_NAME))
@@ -388,7 +462,8 @@ class FishRuntime:
                                 f"({len(self.row_ids)} rows, the config's), got {rows}")
         buckets = {"fast_ar": self.fast_bucket}
         self.decoder = FishDecoder(self.cfg, self.embed, lambda s: backend.program(s, buckets.get(s, self.bucket)),
-                                   self.chunk_stages, self.context, self.prefill_tokens, self.row_ids)
+                                   self.chunk_stages, self.context, self.prefill_tokens, self.row_ids,
+                                   prefix_cache=self.prefix_cache)
         self.codec_entries = sorted((artifacts.package(s, b) for s, b in artifacts.packages if s == CODEC_STAGE),
                                     key=lambda e: e.input("codes").shape[-1])
 
@@ -447,6 +522,21 @@ class FishRuntime:
         """Verify and load every package now instead of on first use."""
         for stage, bucket in self.artifacts.packages:
             self.backend.prepare(stage, bucket)
+
+    def set_prefix_cache_mb(self, mb: int) -> None:
+        """A new cap (MiB) for the prefilled system turns kept; 0 keeps none."""
+        self.prefix_cache.resize(mb)
+
+    def prepare_voice(self, voice, *, evict: bool = True) -> bool:
+        """Prefill a voice's system turn (its transcript and reference codes) now, so its requests start
+        after it: True when it is cached (now or before), False when the cache cannot hold it (off, too
+        small, a turn shorter than a prefill block, or, not `evict`, full)."""
+        ref_text, ref_codes = self.check_reference(*self._reference(voice))
+        return self.decoder.prefill_prefix(self._system_rows(ref_text, ref_codes), evict=evict)
+
+    def _system_rows(self, ref_text, ref_codes) -> np.ndarray:
+        """The rows every prompt of a voice opens with: its system turn."""
+        return P.encode(self.cfg, [P.system_turn(self.cfg, self.tokenizer, ref_text, ref_codes)])
 
     # -------------------------------------------------------------- prompt and plan
 
@@ -688,6 +778,7 @@ class FishRuntime:
 
     def _stream(self, plans, ref_text, ref_codes, params, seed, block_frames, t0) -> Iterator[FishChunk]:
         gen = Sampling(params, self.cfg, self.row_ids, seed)
+        prefix = self._system_rows(ref_text, ref_codes).shape[1]  # every chunk's and restart's prompt opens with it
         history: list[tuple[str, np.ndarray]] = []
         total = 0
         spent: dict[str, float] = {}  # gen.timings at the last chunk's end
@@ -715,7 +806,7 @@ class FishRuntime:
             codes: list[list[int]] = []
             emitted = pending = 0
             stop = "max_frames"
-            frames = self.decoder.generate(rows, plan.budget, gen, restart=restart)
+            frames = self.decoder.generate(rows, plan.budget, gen, restart=restart, prefix=prefix)
             while True:
                 try:
                     token, c = next(frames)
