@@ -63,13 +63,17 @@ def test_the_folded_body_equals_the_whole_over_every_valid_frame(body_run):
 
 def test_a_halo_short_of_the_reach_breaks_the_row_boundaries(body_run):
     model, inputs, whole = body_run
-    short = halo_frames(model.decoder.generator) - 2
+    reach = halo_frames(model.decoder.generator)
+    short = reach - 2
     got = _folded(model, inputs, short, whole.shape[-1])
-    err = np.abs(got - whole).max(axis=(0, 1))
-    assert err.max() > 1e-6 * np.abs(whole).max()
+    err, scale = np.abs(got - whole).max(axis=(0, 1)), np.abs(whole).max()
     g = FoldGeometry.for_frames(inputs["mask"].shape[-1], short)
-    boundary = g.valid * 60  # the first row boundary, at 4,800 Hz
-    assert np.argmax(err) in range(boundary - short * 60, boundary + short * 60)
+    near = np.zeros(err.shape, bool)  # within the body's reach of a row boundary (4,800 Hz)
+    for k in range(1, g.rows):
+        near[max(0, k * g.valid * 60 - reach * 60):k * g.valid * 60 + reach * 60] = True
+    assert err[near].max() > 1e-6 * scale  # the boundaries break;
+    # elsewhere only through the statistics the broken frames enter, by far less
+    assert err[~near].max() < err[near].max() / 10
 
 
 def test_every_bucket_folds_under_the_widest_axis():
