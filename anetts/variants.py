@@ -124,7 +124,9 @@ class VariantConfig:
     # -- rule inputs -------------------------------------------------------------------------
     def code(self) -> list[str]:
         # scored as rule parity scores the package (WF.parity_code: every export is a scenario)
-        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "compile" / "inspect.py", *self.wf.parity_code()])
+        return self.wf._rel([_PKG / "compile" / "compress.py", _PKG / "compile" / "inspect.py", _PKG / "compile" / "macs.py",
+                             _PKG / "compile" / "spec_walk.py",
+                             *self.wf.parity_code()])
 
     def compressed(self, model: str, name: str, stage: str) -> bool:
         return stage in self.stages(model, name)

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from anetts.artifacts import (atomic_outputs, clear_outputs, failed_report_path, tree_bytes, tree_sha256,
                               weight_file_bytes, write_json)
-from anetts.compile.inspect import program_ops
+from anetts.compile.spec_walk import program_ops
 from anetts.compile.reproducible import stabilize_package
 from anetts.provenance import provenance
 

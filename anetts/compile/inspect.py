@@ -25,6 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 from anetts.artifacts import atomic_file, tree_bytes
+from anetts.compile.spec_walk import block_ops, function_ops, immediate_ints, program_ops, tensor_dims
+from anetts.compile.macs import function_macs
 from anetts.units import format_bytes, format_count
 
 WIDTH_LIMIT = 16384
@@ -220,40 +222,6 @@ def _mil_dtype_name(code: int) -> str:
         return str(code)
 
 
-def _tensor_dims(tt) -> list[int | None]:
-    dims = []
-    for d in tt.dimensions:
-        dims.append(int(d.constant.size) if d.WhichOneof("dimension") == "constant" else None)
-    return dims
-
-
-def _walk(block):
-    for op in block.operations:
-        yield op
-        for nested in op.blocks:
-            yield from _walk(nested)
-
-
-def _function_blocks(fn):
-    """The block of a MIL function used at run time (its opset), plus any other specialisation."""
-    if fn.opset in fn.block_specializations:
-        return [fn.block_specializations[fn.opset]]
-    return list(fn.block_specializations.values())
-
-
-def function_ops(fn) -> list:
-    """Every op of one function of a saved ML Program's spec: its run-time block, nested blocks
-    (loops, conditions) included. The one walker of a package's op tree (also `program_ops`)."""
-    return [op for block in _function_blocks(fn) for op in _walk(block)]
-
-
-def program_ops(spec):
-    """(function name, op) for every op of every function (`function_ops`)."""
-    for fname, fn in spec.mlProgram.functions.items():
-        for op in function_ops(fn):
-            yield fname, op
-
-
 def op_counts(spec) -> dict[str, dict[str, int]]:
     """Per function: op type -> count (`program_ops`), sorted by type."""
     out: dict[str, dict[str, int]] = {fname: {} for fname in spec.mlProgram.functions}
@@ -296,7 +264,7 @@ def _immediate_bytes(val) -> int:
         return 0
     tt = val.type.tensorType
     n = 1
-    for d in _tensor_dims(tt):
+    for d in tensor_dims(tt):
         n *= d or 0
     return n * _MIL_DTYPE_BYTES.get(_mil_dtype_name(tt.dataType), 4)
 
@@ -359,18 +327,6 @@ def _finding(rule: str, count: int, message: str, function: str, severity: str |
             "reason": reason or r["reason"], "source": source or r["source"], "function": function, **extra}
 
 
-def _ints(val) -> list[int]:
-    if val.WhichOneof("value") != "immediateValue":
-        return []
-    iv = val.immediateValue
-    if iv.WhichOneof("value") == "tensor":
-        t = iv.tensor
-        which = t.WhichOneof("value")
-        if which in ("ints", "longInts"):
-            return [int(x) for x in getattr(t, which).values]
-    return []
-
-
 def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
     """Static ANE lint of one MIL function (protobuf) plus its I/O description."""
     findings: list[dict] = []
@@ -379,7 +335,7 @@ def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
     flex = [f["name"] for f in io.get("inputs", []) if f.get("flexible")]
     for inp in fn.inputs:
         if inp.type.WhichOneof("type") == "tensorType":
-            if None in _tensor_dims(inp.type.tensorType) and inp.name not in flex:
+            if None in tensor_dims(inp.type.tensorType) and inp.name not in flex:
                 flex.append(inp.name)
     if flex:
         findings.append(_finding("flexible_shapes", len(flex), f"{len(flex)} input(s) with flexible shapes: {flex}",
@@ -398,7 +354,7 @@ def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
     max_width = 0
     for inp in fn.inputs:
         if inp.type.WhichOneof("type") == "tensorType":
-            dims = _tensor_dims(inp.type.tensorType)
+            dims = tensor_dims(inp.type.tensorType)
             if dims and dims[-1] is not None and dims[-1] > WIDTH_LIMIT:
                 wide.append(f"input {inp.name} {dims}")
     consts = {}
@@ -428,7 +384,7 @@ def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
             tt = o.type.tensorType
             if int(tt.rank) > MAX_RANK:
                 is_rank_gt = True
-            dims = _tensor_dims(tt)
+            dims = tensor_dims(tt)
             if t != "const" and dims and dims[-1] is not None and dims[-1] > WIDTH_LIMIT:
                 wide.append(f"{t} {o.name} {dims}")
                 max_width = max(max_width, dims[-1])
@@ -441,7 +397,7 @@ def lint_function(fname: str, fn, io: dict, fp16_program: bool) -> list[dict]:
             unfriendly[t] += 1
         if t == "conv_transpose":
             val = param(op, "strides")
-            strides = _ints(val) if val is not None else []
+            strides = immediate_ints(val) if val is not None else []
             if any(s > LARGE_STRIDE for s in strides):
                 big_stride.append(f"{op.outputs[0].name if op.outputs else '?'} strides={strides}")
         if t in GATHER_OPS and "indices" in op.inputs:
@@ -508,7 +464,6 @@ def _histogram(ops) -> dict[str, int]:
 
 def inspect_package(path) -> dict:
     """Everything static about a package: see the module docstring."""
-    from anetts.compile.macs import function_macs  # macs builds on this module's walker
 
     pkg, spec_file, weights_dir = package_files(path)
     spec = load_spec(pkg)
@@ -620,7 +575,7 @@ def compute_plan(path, compute_units: str = "CPU_AND_NE") -> dict:
     for fname, fn in program.functions.items():
         rows, by_dev, cost_dev = [], Counter(), Counter()
 
-        for op in _walk(fn.block):  # the compute plan's blocks nest like the spec's
+        for op in block_ops(fn.block):  # the compute plan's blocks nest like the spec's
             usage = plan.get_compute_device_usage_for_mlprogram_operation(op)
             cost = plan.get_estimated_cost_for_mlprogram_operation(op)
             pref = device_name(usage.preferred_compute_device) if usage else None

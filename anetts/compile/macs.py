@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from anetts.compile.inspect import _tensor_dims, function_ops
+from anetts.compile.spec_walk import function_ops, immediate_ints, tensor_dims
 
 COUNTED = ("conv", "conv_transpose", "linear", "matmul", "einsum", "lstm")
 
@@ -28,11 +28,11 @@ def _types(fn, ops) -> dict[str, list[int | None]]:
     out = {}
     for inp in fn.inputs:
         if inp.type.WhichOneof("type") == "tensorType":
-            out[inp.name] = _tensor_dims(inp.type.tensorType)
+            out[inp.name] = tensor_dims(inp.type.tensorType)
     for op in ops:
         for o in op.outputs:
             if o.type.WhichOneof("type") == "tensorType":
-                out[o.name] = _tensor_dims(o.type.tensorType)
+                out[o.name] = tensor_dims(o.type.tensorType)
     return out
 
 
@@ -43,7 +43,7 @@ def _arg(op, key: str, types: dict) -> list[int | None] | None:
         if b.WhichOneof("binding") == "name":
             return types.get(b.name)
         if b.WhichOneof("binding") == "value" and b.value.type.WhichOneof("type") == "tensorType":
-            return _tensor_dims(b.value.type.tensorType)
+            return tensor_dims(b.value.type.tensorType)
     return None
 
 
@@ -52,19 +52,17 @@ def _known(*dims_lists) -> bool:
 
 
 def _scalar(op, key: str, consts: dict, default: int) -> int:
-    from anetts.compile.inspect import _ints
-
     if key in op.attributes:
-        vals = _ints(op.attributes[key])
+        vals = immediate_ints(op.attributes[key])
         return vals[0] if vals else default
     if key in op.inputs:
         for b in op.inputs[key].arguments:
             kind = b.WhichOneof("binding")
             if kind == "value":
-                vals = _ints(b.value)
+                vals = immediate_ints(b.value)
                 return vals[0] if vals else default
             if kind == "name" and b.name in consts:
-                vals = _ints(consts[b.name])
+                vals = immediate_ints(consts[b.name])
                 return vals[0] if vals else default
     return default
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from anetts.compile.inspect import program_ops
+from anetts.compile.spec_walk import program_ops
 
 LINEAR_VARIANTS = ("none", "auto", "conv1d", "conv2d")
 # `auto` (the default of every stage): conv1d wherever the program has linear ops, and no error for a

@@ -50,7 +50,7 @@ def test_group_size_that_divides_no_channel_count_is_refused(fish_build):
     """The head has 513 rows (512 semantic ids + <|im_end|>): coremltools would skip it silently. The
     stage keeps it uncompressed (`uncompressed_weights`), and then every other weight divides."""
     from anetts.compile.compress import CompressionError, compress_model, resolve_settings
-    from anetts.compile.inspect import program_ops
+    from anetts.compile.spec_walk import program_ops
 
     pkg = fish_build / "artifacts" / MODEL / "packages" / "slow_chunk1" / "ctx256.mlpackage"
     settings = resolve_settings({"mode": "palettize", "nbits": 4, "granularity": "per_grouped_channel",
