@@ -16,6 +16,9 @@ import threading
 from pathlib import Path
 
 ARTIFACTS = Path("artifacts")
+# a built model published to the Hugging Face Hub, named where a model directory is taken:
+# `hf://owner/name[@revision]` (anetts.load, `anetts speak --model`; parsed by anetts.publish.download)
+HF_SCHEME = "hf://"
 # Snakemake drops this file into directory outputs as its mtime carrier; it is not content.
 IGNORED_IN_TREE_HASH = {".snakemake_timestamp"}
 

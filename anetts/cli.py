@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from anetts.artifacts import atomic_file
-from anetts.loader import DEFAULT_MODEL_DIR, HF_SCHEME
+from anetts.artifacts import HF_SCHEME, atomic_file
+from anetts.loader import DEFAULT_MODEL_DIR
 from anetts.models.fish.prefix import DEFAULT_MB as PREFIX_CACHE_MB
 from anetts.runtime.runners import COMPUTE_UNITS, EXECUTORS
 from anetts.serve import config as SV
@@ -17,6 +17,18 @@ from anetts.serve import config as SV
 # speak options that go to the runtime's `stream` as they are; each runtime lists those it takes
 # (`options`), and one given to a model that takes no such option is refused by name, not dropped
 STREAM_OPTIONS = ("phonemes", "lang", "temperature", "top_p", "top_k", "max_frames")
+# sub-commands with parsers of their own: name -> (module with `main(argv)`, help)
+PASSED_THROUGH = {
+    "run-mil": ("anetts.mil.cli", "run an .mlpackage with the MIL reference executor"),
+    "inspect": ("anetts.compile.inspect", "op histogram, weights, I/O and static ANE lint of an .mlpackage"),
+    "bench": ("anetts.bench", "benchmark a built model on this machine: load, first-call and warm times, end-to-end "
+                              "RTF, upstream side by side"),
+    "listen": ("anetts.listen.cli", "judge a build, or folders of wavs, by listening: words, voice, quality, pitch "
+                                    "against upstream's own variation"),
+    "report": ("anetts.report", "render <model-dir>/report.html from a built model"),
+    "verify": ("anetts.verify.files", "re-check every manifested file's sha256; --repair removes bad ones so "
+                                      "`snakemake all` rebuilds them"),
+}
 # speak options a capability of the runtime (anetts.runtime.speech.Capabilities) must allow
 CAPABILITY_OPTIONS = {"speed": "speed", "timestamps": "timestamps", "reference_audio": "cloning",
                       "reference_codes": "cloning", "reference_text": "cloning"}
@@ -134,34 +146,10 @@ def _parser() -> argparse.ArgumentParser:
             v.add_argument("voice_id", help="the voice's id (voice_...)")
     vo.set_defaults(func=_voices)
 
-    m = sub.add_parser("run-mil", help="run an .mlpackage with the MIL reference executor (anetts.mil.cli)",
-                       add_help=False)
-    m.add_argument("args", nargs=argparse.REMAINDER)
-    m.set_defaults(func=_run_mil)
-
-    i = sub.add_parser("inspect", help="op histogram, weights, I/O and static ANE lint of an .mlpackage "
-                                       "(anetts.compile.inspect)", add_help=False)
-    i.add_argument("args", nargs=argparse.REMAINDER)
-    i.set_defaults(func=_inspect)
-
-    b = sub.add_parser("bench", help="benchmark a built model on this machine: load, first-call and warm times, "
-                                     "end-to-end RTF, upstream side by side (anetts.bench)", add_help=False)
-    b.add_argument("args", nargs=argparse.REMAINDER)
-    b.set_defaults(func=_bench)
-
-    li = sub.add_parser("listen", help="judge a build, or folders of wavs, by listening: words, voice, quality, "
-                                       "pitch against upstream's own variation (anetts.listen)", add_help=False)
-    li.add_argument("args", nargs=argparse.REMAINDER)
-    li.set_defaults(func=_listen)
-
-    r = sub.add_parser("report", help="render <model-dir>/report.html from a built model (anetts.report)", add_help=False)
-    r.add_argument("args", nargs=argparse.REMAINDER)
-    r.set_defaults(func=_report)
-
-    v = sub.add_parser("verify", help="re-check every manifested file's sha256; --repair removes bad ones so "
-                                      "`snakemake all` rebuilds them (anetts.verify.files)", add_help=False)
-    v.add_argument("args", nargs=argparse.REMAINDER)
-    v.set_defaults(func=_verify)
+    for name, (module, help_text) in PASSED_THROUGH.items():  # their own parsers read everything after the name
+        passed = sub.add_parser(name, help=f"{help_text} ({module})", add_help=False)
+        passed.add_argument("args", nargs=argparse.REMAINDER)
+        passed.set_defaults(func=lambda args, module=module: _delegate(module, args.args))
 
     u = sub.add_parser("publish", help="publish a verified build to the Hugging Face Hub in one commit",
                        description="Gate (parity passed, sha256 as in the manifest), stage the Hub tree under "
@@ -446,7 +434,7 @@ def _voices(args) -> int:
     return 0
 
 
-def _delegate(module: str, command: str, argv: list[str]) -> int:
+def _delegate(module: str, argv: list[str]) -> int:
     sub_cli = importlib.import_module(module)  # part of this package: an import error is a bug, shown as one
     try:
         rc = sub_cli.main(list(argv))
@@ -455,37 +443,11 @@ def _delegate(module: str, command: str, argv: list[str]) -> int:
     return int(rc or 0)
 
 
-def _run_mil(args) -> int:
-    return _delegate("anetts.mil.cli", "run-mil", args.args)
-
-
-def _verify(args) -> int:
-    return _delegate("anetts.verify.files", "verify", args.args)
-
-
-def _inspect(args) -> int:
-    return _delegate("anetts.compile.inspect", "inspect", args.args)
-
-
-def _bench(args) -> int:
-    return _delegate("anetts.bench", "bench", args.args)
-
-
-def _report(args) -> int:
-    return _delegate("anetts.report", "report", args.args)
-
-
-def _listen(args) -> int:
-    return _delegate("anetts.listen.cli", "listen", args.args)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    passed_through = {"run-mil": _run_mil, "inspect": _inspect, "bench": _bench, "report": _report, "verify": _verify,
-                      "listen": _listen}
-    if argv[:1] and argv[0] in passed_through:  # everything after the name is the sub-command's, --help included
-        return passed_through[argv[0]](argparse.Namespace(args=argv[1:]))
+    if argv[:1] and argv[0] in PASSED_THROUGH:  # everything after the name is the sub-command's, --help included
+        return _delegate(PASSED_THROUGH[argv[0]][0], argv[1:])
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: usage errors (2) and --help (0) as a return code

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Mapping
 
+from anetts.artifacts import HF_SCHEME
 from anetts.families import declaration
 from anetts.runtime.errors import TTSError
 from anetts.runtime.manifest import ModelArtifacts
@@ -21,9 +22,6 @@ from anetts.runtime.placement import measured_placement
 from anetts.runtime.runners import Runner, default_executor
 
 log = logging.getLogger(__name__)
-
-# a model on the Hugging Face Hub (`hf://owner/name[@revision]`, anetts.publish.download) rather than a folder
-HF_SCHEME = "hf://"
 
 DEFAULT_MODEL_DIR = Path("artifacts") / "kokoro-tiny"
 

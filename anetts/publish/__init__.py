@@ -5,19 +5,18 @@
     >>> fetch("hf://me/kokoro-82m-coreml@<sha>").model_dir                       # download + verify
 
 Layout on the Hub: :mod:`anetts.publish.layout`; the commit: :mod:`anetts.publish.upload`;
-download and verification: :mod:`anetts.publish.download` (imported on use: it needs the runtime).
+download and verification: :mod:`anetts.publish.download`. Each is imported on first use, so the
+loader can read the layout's names without the upload or the runtime.
 """
-from anetts.publish.errors import PublishError
-from anetts.publish.layout import check_gate, stage_tree
-from anetts.publish.upload import Plan, publish, publish_dir
+import importlib
 
-__all__ = ["HubFetchError", "HubModel", "Plan", "PublishError", "check_gate", "fetch", "publish", "publish_dir",
-           "stage_tree", "verify_snapshot"]
+_HOME = {"PublishError": "errors", "check_gate": "layout", "stage_tree": "layout", "Plan": "upload", "publish": "upload",
+         "publish_dir": "upload", "HubFetchError": "download", "HubModel": "download", "fetch": "download",
+         "verify_snapshot": "download"}
+__all__ = sorted(_HOME)
 
 
 def __getattr__(name):
-    if name in ("HubFetchError", "HubModel", "fetch", "verify_snapshot"):
-        from anetts.publish import download
-
-        return getattr(download, name)
+    if name in _HOME:
+        return getattr(importlib.import_module(f"anetts.publish.{_HOME[name]}"), name)
     raise AttributeError(f"module 'anetts.publish' has no attribute {name!r}")

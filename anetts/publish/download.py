@@ -16,8 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from anetts.loader import HF_SCHEME
-from anetts.artifacts import file_sha256
+from anetts.artifacts import HF_SCHEME, file_sha256
 from anetts.publish.layout import PUBLISH_MANIFEST
 from anetts.runtime.errors import ArtifactError, IntegrityError
 from anetts.runtime.manifest import contained_path

@@ -14,11 +14,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anetts.artifacts import atomic_file, write_json
+from anetts.artifacts import HF_SCHEME, atomic_file, file_sha256, write_json
 from anetts.provenance import provenance
-from anetts.loader import HF_SCHEME
 from anetts.publish.errors import PublishError
-from anetts.artifacts import file_sha256
 from anetts.publish.layout import PUBLISH_MANIFEST, check_gate, stage_tree
 
 log = logging.getLogger(__name__)
