@@ -1,7 +1,7 @@
 """What a model family declares, without importing torch or any upstream package.
 
 The Snakefile reads only this (stage names, bucket naming, source files per stage, upstream
-packages whose versions are rule params, licence), so parsing the workflow stays cheap and a
+packages whose versions are rule params, licence; the Hub's licence data for publishing), so parsing the workflow stays cheap and a
 family's heavy code is imported by the jobs that run it. The implementation (stage wrappers,
 weights, reference) lives in the module named by `implementation` and is built on `anetts.stage`.
 """
@@ -64,6 +64,16 @@ class StageDecl:
 
 
 @dataclass(frozen=True)
+class HubCard:
+    """What a published build of the family says of its licence on the Hugging Face Hub (anetts.publish)."""
+
+    license: str  # the Hub's licence id, for the model card's front matter
+    files: dict[str, str]  # name in the Hub repo -> licence text under anetts/publish/licenses/
+    base_model: str  # the upstream checkpoint real weights come from (front matter, real weights only)
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class FamilyDecl:
     name: str
     stages: dict[str, StageDecl]
@@ -109,6 +119,8 @@ class FamilyDecl:
     # manifest's ANE-eligible share (anetts.compile.ane_share): f(stage, geometry) -> seconds;
     # torch-free. None: the share is not defined for the family.
     audio_seconds: str | None = None
+    # the licence data a Hub repo of the family's builds carries; None: its builds are not published
+    hub: HubCard | None = None
 
     def hook(self, field_name: str):
         """The function a "module:function" field (`runtime`, `frame_cost`, `file_bytes`, `audio_seconds`) names."""

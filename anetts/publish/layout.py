@@ -23,8 +23,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from anetts.artifacts import file_sha256, manifest_path, tree_sha256, write_json
-from anetts.loader import HF_SCHEME
+from anetts.artifacts import HF_SCHEME, file_sha256, manifest_path, tree_sha256, write_json
+from anetts.families import declaration
+from anetts.family import HubCard
 from anetts.publish.errors import PublishError
 from anetts.runtime.manifest import manifest_paths  # torch-free, like the rest of the manifest reader
 from anetts.runtime.placement import placement_records
@@ -35,12 +36,6 @@ PUBLISH_MANIFEST = "manifest.json"
 _LICENSES = Path(__file__).parent / "licenses"
 MANIFEST_NAME = manifest_path("model").name  # the build manifest inside a model dir
 
-# Per family: Hub licence id, licence files to ship, front-matter extras. Kokoro-82M is Apache-2.0
-# (its model card and the kokoro package's licence).
-FAMILY_LICENSES = {
-    "kokoro": {"license": "apache-2.0", "files": {"LICENSE": "Apache-2.0.txt"},
-               "base_model": "hexgrad/Kokoro-82M", "tags": ["kokoro", "styletts2"]},
-}
 # Binary files go through LFS; a text file over 10 MiB would too, which the Hub decides on preupload.
 GITATTRIBUTES = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in (
     "*.bin", "*.mlmodel", "*.pt", "*.pth", "*.npy", "*.npz", "*.png", "*.safetensors"))
@@ -169,21 +164,46 @@ def placement_lines(records: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
+def hub_card(family: str, model) -> HubCard:
+    """The family's licence data for the Hub (its declaration's ``hub``), or a PublishError naming what lacks it."""
+    try:
+        card = declaration(family).hub
+    except KeyError as e:
+        raise PublishError(f"{model}: unknown family {family!r} in its manifest") from e
+    if card is None:
+        raise PublishError(f"{model}: the {family} family declares no licence data for the Hub (FamilyDecl.hub), "
+                           f"so its builds are not published")
+    return card
+
+
+def weights_description(w: dict) -> str:
+    """The model card's words for the weights a build was made from (its manifest's ``weights``)."""
+    source = w.get("source")
+    if source == "synthetic":
+        return (f"**synthetic** (`{w.get('preset')}`, seed {w.get('seed')}): real architecture and shapes, no "
+                f"training, so it speaks noise, not words")
+    if source == "hf":
+        return f"`{w.get('repo_id')}` at revision `{w.get('revision')}`"
+    if source == "onnx":
+        return (f"the upstream checkpoint's ONNX export `{Path(str(w.get('model'))).name}` (sha256 `{w.get('sha256')}`), "
+                f"converted to the upstream format")
+    if source == "local":
+        return "a local copy of the upstream checkpoint (its files' sha256 are in the build manifest)"
+    raise PublishError(f"unknown weights source {source!r} in the build manifest")
+
+
 def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: str, variants: dict,
                placements: list[dict] = ()) -> str:
-    model, family = manifest["model"], manifest.get("family", "kokoro")
-    lic = FAMILY_LICENSES[family]
+    model, family = manifest["model"], manifest["family"]
+    card = hub_card(family, model)
     w = manifest.get("weights", {})
-    real = w.get("source") == "hf"
-    front = ["---", f"license: {lic['license']}", "pipeline_tag: text-to-speech", "library_name: coreml"]
-    if real:  # synthetic weights are not derived from the upstream checkpoint
-        front.append(f"base_model: {w.get('repo_id') or lic['base_model']}")
-    front += ["tags:"] + [f"- {t}" for t in ["coreml", "apple-neural-engine", "text-to-speech", "anetts", *lic["tags"]]]
+    front = ["---", f"license: {card.license}", "pipeline_tag: text-to-speech", "library_name: coreml"]
+    if w.get("source") != "synthetic":  # synthetic weights are not derived from the upstream checkpoint
+        front.append(f"base_model: {w.get('repo_id') or card.base_model}")
+    front += ["tags:"] + [f"- {t}" for t in ["coreml", "apple-neural-engine", "text-to-speech", "anetts", *card.tags]]
     front.append("---")
     git = manifest.get("provenance", {}).get("git", {})
-    weights_line = (f"`{w.get('repo_id')}` at revision `{w.get('revision')}`" if real else
-                    f"**synthetic** (`{w.get('preset')}`, seed {w.get('seed')}): real architecture and shapes, no "
-                    f"training, so it speaks noise, not words")
+    weights_line = weights_description(w)
     lines = [*front, "", f"# {model}: Core ML packages built by ane-tts", "",
              f"`{family}` split into static-shape Core ML stages (ML Program, per-bucket packages and one "
              f"multifunction bundle per stage) plus host DSP. Weights: {weights_line}. Built from ane-tts commit "
@@ -225,7 +245,7 @@ def model_card(manifest: dict, summary: dict, files: dict[str, int], repo_id: st
               *(f"- `{v}`: {len(fs)} files, {format_bytes(sizes[v])}" for v, fs in variants.items()), "",
               "`coreml` is what Core ML needs (macOS 13+, bundles macOS 15+); `torch` adds the TorchScript exports "
               "the runtime runs on Linux. `anetts.load` downloads only the variant its backend needs.", "",
-              "## Licence", "", f"{lic['license']}; see `LICENSE`.", ""]
+              "## Licence", "", f"{card.license}; see `LICENSE`.", ""]
     return "\n".join(lines)
 
 
@@ -240,10 +260,8 @@ def stage_tree(model_dir: Path, out: Path, repo_id: str, gated: tuple[dict, dict
     """
     model_dir, out = Path(model_dir), Path(out)
     manifest, summary = gated or check_gate(model_dir)
-    family = manifest.get("family", "kokoro")
-    if family not in FAMILY_LICENSES:
-        raise PublishError(f"no licence information for family {family!r}; cannot publish {model_dir}")
-    model = manifest["model"]
+    family, model = manifest["family"], manifest["model"]
+    card = hub_card(family, model_dir)
     variants = runtime_files(model_dir, manifest)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -255,8 +273,7 @@ def stage_tree(model_dir: Path, out: Path, repo_id: str, gated: tuple[dict, dict
                                    for p in manifest["packages"]]):
             if not linked and tree_sha256(tmp / model / rel) != sha:
                 raise PublishError(f"{label}: staged copy {rel} does not match the manifest sha256")
-        lic = FAMILY_LICENSES[family]
-        for name, src in lic["files"].items():
+        for name, src in card.files.items():
             shutil.copy2(_LICENSES / src, tmp / name)
         (tmp / ".gitattributes").write_text(GITATTRIBUTES, encoding="utf-8")
         files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in tmp.rglob("*") if p.is_file()}

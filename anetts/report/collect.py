@@ -144,7 +144,7 @@ def collect(inputs: dict[str, list[str]]) -> dict:
     for k in ("manifest", "parity_summary"):
         if len(inputs.get(k, [])) != 1:
             raise ReportInputError(f"the report needs exactly one {k} input, got {inputs.get(k)}")
-    manifest = read_json(inputs["manifest"][0], "manifest", ("model", "packages", "stages", "provenance"))
+    manifest = read_json(inputs["manifest"][0], "manifest", ("model", "family", "packages", "stages", "provenance"))
     summary = read_json(inputs["parity_summary"][0], "parity summary", ("buckets", "all_passed"))
     data = {"manifest": manifest, "manifest_path": inputs["manifest"][0], "summary": summary, "sources": {}}
 
@@ -170,7 +170,7 @@ def collect(inputs: dict[str, list[str]]) -> dict:
 
     from anetts.report.inputs import audio_output
 
-    audio_decl = audio_output(manifest.get("family", "kokoro"))
+    audio_decl = audio_output(manifest["family"])
     data["audio_output"] = audio_decl
     name = audio_decl.get("output", "")
     regions = {r["_path"]: r.get("valid_regions", {}).get(name) for r in data["parity"]}

@@ -96,10 +96,11 @@ def discover_inputs(model_dir: Path) -> dict[str, list[str]]:
         m = json.loads(manifest.read_text(encoding="utf-8"))
         pkgs = [(p["stage"], p["bucket"]) for p in m["packages"]]
         stages = sorted({b["stage"] for b in m.get("bundles", [])})
+        family = m["family"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"report input {manifest} (manifest) is not a valid manifest: {e}") from e
     root, model = mdir.parent, mdir.name
-    audio = audio_output(m.get("family", "kokoro")).get("stage")
+    audio = audio_output(family).get("stage")
     return {
         "manifest": [str(manifest)],
         "parity_summary": [str(mdir / "parity_summary.json")],

@@ -6,10 +6,15 @@ compare them with the remote; a real publish still refuses, sending nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from anetts.publish import PublishError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,3 +50,39 @@ def test_dry_run_offline_with_a_token_says_offline_and_publishing_refuses(model_
     proc = publish_offline(model_copy, tmp_path / "hf", HF_TOKEN="hf_test_token")
     assert proc.returncode == 1 and "offline mode is on (HF_HUB_OFFLINE)" in proc.stderr and "Traceback" not in proc.stderr
     assert not (model_copy / "publish" / "published.json").exists()
+
+
+def test_the_model_card_says_which_weights_each_source_gave(built_model):
+    """Real weights from the ONNX export or a local copy were carded as "synthetic ... speaks noise"."""
+    from anetts.publish.layout import model_card, runtime_files
+
+    manifest = json.loads((built_model / "manifest.json").read_text())
+    summary = json.loads((built_model / "parity_summary.json").read_text())
+    variants = runtime_files(built_model, manifest)
+    files = {f"{manifest['model']}/{f}": 1 for fs in variants.values() for f in fs}
+
+    def card(**weights) -> str:
+        return model_card({**manifest, "weights": weights}, summary, files, "o/n", variants)
+
+    synthetic = card(source="synthetic", preset="kokoro-tiny", seed=0)
+    assert "Weights: **synthetic** (`kokoro-tiny`, seed 0)" in synthetic and "base_model:" not in synthetic
+    onnx = card(source="onnx", model=".cache/kokoro-onnx/kokoro-v1.0.int8.onnx", sha256="ab" * 32)
+    assert f"ONNX export `kokoro-v1.0.int8.onnx` (sha256 `{'ab' * 32}`)" in onnx
+    hf = card(source="hf", repo_id="hexgrad/Kokoro-82M", revision="f" * 40)
+    assert f"Weights: `hexgrad/Kokoro-82M` at revision `{'f' * 40}`" in hf
+    local = card(source="local", path="/somewhere")
+    for real in (onnx, hf, local):
+        assert "base_model: hexgrad/Kokoro-82M\n" in real and "**synthetic**" not in real
+    with pytest.raises(PublishError, match="unknown weights source 'ftp'"):
+        card(source="ftp")
+
+
+def test_a_family_without_hub_licence_data_is_not_published():
+    """The licence a Hub repo carries is the family's declaration (FamilyDecl.hub); Fish declares none."""
+    from anetts.publish.layout import hub_card
+
+    assert hub_card("kokoro", "kokoro-tiny").license == "apache-2.0"
+    with pytest.raises(PublishError, match=r"fish-tiny: the fish family declares no licence data for the Hub"):
+        hub_card("fish", "fish-tiny")
+    with pytest.raises(PublishError, match=r"x: unknown family 'nope'"):
+        hub_card("nope", "x")

@@ -1,7 +1,7 @@
 """Kokoro's declaration: what the workflow needs to know without importing torch or kokoro."""
 from __future__ import annotations
 
-from anetts.family import FamilyDecl, StageDecl
+from anetts.family import FamilyDecl, HubCard, StageDecl
 
 _K = "models/kokoro"
 # every stage wrapper imports these (masking, geometry, shared stage base)
@@ -27,6 +27,9 @@ DECLARATION = FamilyDecl(
     runtime="anetts.models.kokoro.runtime:KokoroRuntime",
     bench="anetts.models.kokoro.bench",
     licence="Apache-2.0 (Kokoro-82M weights by hexgrad)",
+    # Kokoro-82M is Apache-2.0 (its model card and the kokoro package's licence)
+    hub=HubCard(license="apache-2.0", files={"LICENSE": "Apache-2.0.txt"}, base_model="hexgrad/Kokoro-82M",
+                tags=("kokoro", "styletts2")),
     upstream=("kokoro", "transformers"),
     # the model's modules without kokoro's __init__ (its text pipeline): anetts.imports.submodules
     job_imports=("kokoro:model",),
