@@ -304,6 +304,12 @@ class WorkflowConfig:
     def summary_code(self) -> list[str]:
         return self._rel([_PKG / "verify" / "summary.py"])
 
+    def manifest_code(self, model: str) -> list[str]:
+        """The manifest's writer, the ANE-eligible share it records and the family's seconds-per-bucket hook."""
+        decl = self.decl(model)
+        hook = [_PKG.parent / (decl.audio_seconds.partition(":")[0].replace(".", "/") + ".py")] if decl.audio_seconds else []
+        return self._rel([_PKG / "compile" / "manifest.py", _PKG / "compile" / "ane_share.py", *hook])
+
     def report_code(self) -> list[str]:
         return self._rel([*sorted((_PKG / "report").glob("*.py")), _PKG / "bench.py"])
 
@@ -329,7 +335,8 @@ class WorkflowConfig:
 
     def convert_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "convert.py", _PKG / "compile" / "rewrite.py", _PKG / "compile" / "inspect.py",
-                          _PKG / "compile" / "macs.py", _PKG / "compile" / "stamp.py", _PKG / "compile" / "pipeline_trims.py", _PKG / "options.py"])
+                          _PKG / "compile" / "macs.py", _PKG / "compile" / "spec_walk.py", _PKG / "compile" / "stamp.py",
+                          _PKG / "compile" / "pipeline_trims.py", _PKG / "options.py"])
 
     def bundle_code(self) -> list[str]:
         return self._rel([_PKG / "compile" / "bundle.py", _PKG / "compile" / "pipeline_trims.py"])

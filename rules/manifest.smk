@@ -18,6 +18,7 @@ rule manifest:
         end_to_end=lambda w: WF.end_to_end_reports(w.model),
         # the listener gate, for models that configure one (real weights)
         listen=lambda w: WF.listen_reports(w.model),
+        code=lambda w: WF.manifest_code(w.model),
     output:
         PATHS["manifest"],
     log:
