@@ -8,6 +8,7 @@ voicing disagreement, and the mean log-mel distance.
 """
 from __future__ import annotations
 
+import threading
 import unicodedata
 from dataclasses import dataclass
 
@@ -74,17 +75,22 @@ def features(listener: Listener, audio: np.ndarray, sample_rate: int, language: 
 
 
 _HIRAGANA = {c: c + 0x60 for c in range(0x3041, 0x3097)}  # hiragana -> katakana, one code point apart
+_TAGGER_LOCK = threading.Lock()  # a MeCab tagger is not safe across threads
+_taggers: list = []
 
 
 def reading(text: str) -> str:
     """Japanese as it is pronounced, in katakana (unidic's ``pron`` per word; its ``kana``, else the word
     itself, where a word has none): Whisper writes one sound as 京都 or きょうと, 玉子 or 卵, and a
-    listener hears no difference. The tagger is fugashi over unidic-lite, as the Japanese G2P reads."""
-    from anetts.models.kokoro.frontend import G2P_LOCK, _g2p
+    listener hears no difference. The tagger is fugashi's default over unidic-lite, the one Kokoro's
+    Japanese G2P reads with (misaki's cutlet)."""
+    require("fugashi", "unidic_lite")
+    with _TAGGER_LOCK:
+        if not _taggers:
+            from fugashi import Tagger
 
-    tagger = _g2p("j").cutlet.tagger
-    with G2P_LOCK:
-        words = [(w.surface, w.feature.pron, w.feature.kana) for w in tagger(text)]
+            _taggers.append(Tagger())
+        words = [(w.surface, w.feature.pron, w.feature.kana) for w in _taggers[0](text)]
     return "".join(next((r for r in (pron, kana) if r and r != "*"), surface)
                    for surface, pron, kana in words).translate(_HIRAGANA)
 

