@@ -243,27 +243,35 @@ class FishDecoder:
         very inputs and states, that the whole prefill makes from that row on: the outputs, and so greedy
         codes, are bit-identical to the uncached path's."""
         t0 = time.perf_counter()
-        T, Pn = rows.shape[1], self.prefill_tokens
+        T = rows.shape[1]
         boundary = self._boundary(prefix, T)
-        key = prefix_key(rows[:, :boundary], Pn) if boundary else None
+        key = prefix_key(rows[:, :boundary], self.prefill_tokens) if boundary else None
         snap = self.prefix_cache.get(key) if key else None
+        x = self.embed(rows)
         if snap is not None:
             states, start = self._restore(snap), boundary
         else:
             states, start = [self.program(s).new_state() for s in self.chunk_stages], 0
-        x = self.embed(rows)
-        h = logits = None
-        for p in range(start, T, Pn):
-            k = min(Pn, T - p)
-            block = np.zeros((1, Pn, x.shape[1]), np.float32)
-            block[0, :k] = x[p:p + k]
-            h, logits = self._slow(block, p, "prefill", states, k - 1)
-            if key and snap is None and p + Pn == boundary:
+            if key:  # up to the boundary, keep the states there, go on from it
+                self._prefill_blocks(x, 0, boundary, states)
                 self._keep(key, boundary, states)
+        h, logits = self._prefill_blocks(x, boundary if key else 0, T, states)
         timings["prefill"] += time.perf_counter() - t0
         timings["prefill_rows"] += T - start
         timings["prefill_cached_rows"] += start
         return h, logits, states
+
+    def _prefill_blocks(self, x: np.ndarray, start: int, stop: int, states: list) -> tuple[np.ndarray, np.ndarray]:
+        """Embedded prompt rows ``x[start:stop]`` through the slow chunks, one prefill block per call from
+        ``start`` (a block boundary); the last block's (h, logits)."""
+        Pn = self.prefill_tokens
+        h = logits = None
+        for p in range(start, stop, Pn):
+            k = min(Pn, stop - p)
+            block = np.zeros((1, Pn, x.shape[1]), np.float32)
+            block[0, :k] = x[p:p + k]
+            h, logits = self._slow(block, p, "prefill", states, k - 1)
+        return h, logits
 
     def _boundary(self, prefix: int, T: int) -> int:
         """The last prefill-block boundary inside a `prefix`-row fixed prefix of a T-row prompt; 0: no caching."""
@@ -308,9 +316,8 @@ class FishDecoder:
         nbytes = self._snapshot_bytes(states)
         if not self._room(nbytes, evict):
             return False
-        x = self.embed(rows[:, :boundary])
-        for p in range(0, boundary, Pn):  # whole blocks: the calls a prompt's own prefill makes up to the boundary
-            self._slow(x[None, p:p + Pn], p, "prefill", states, Pn - 1)
+        # whole blocks: the calls a prompt's own prefill makes up to the boundary
+        self._prefill_blocks(self.embed(rows[:, :boundary]), 0, boundary, states)
         return self.prefix_cache.put(key, Snapshot(tuple(states), boundary, nbytes))
 
     def _frame(self, f: int, pos: int, h: np.ndarray, logits: np.ndarray, picks: Picks,
