@@ -119,7 +119,6 @@ def test_export_folder_to_gated_asset(export_folder, tmp_path, precision, min_db
 
 def test_perturbed_model_fails_the_gate(export_folder, tmp_path):
     model, p = export_folder
-    family = tiny_family(model)
     bad = Tiny().eval()
     with torch.no_grad():
         bad.proj.weight.mul_(1.3)  # ~10 dB: far below the 35 dB gate

@@ -303,7 +303,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def lfs_batch(self, ns, name, body, query):
         self._auth()
-        repo = self.store.repo(ns, name)
+        self.store.repo(ns, name)  # 404 for a repo that does not exist
         req = json.loads(body)
         if req.get("operation") != "upload":
             raise HubError(400, "only uploads are served here (downloads go through olah)")
@@ -316,7 +316,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"transfer": "basic", "objects": objects})
 
     def lfs_put(self, ns, name, oid, body, query):
-        repo = self.store.repo(ns, name)
+        self.store.repo(ns, name)  # 404 for a repo that does not exist
         if hashlib.sha256(body).hexdigest() != oid:
             raise HubError(400, f"LFS object does not match its oid {oid}")
         obj = self.store.stored(oid)

@@ -136,7 +136,6 @@ def _conv_transpose(node: Node) -> Kernel:
     nsp = len(wt.shape) - 2
     if nsp not in _CONVT:
         raise Unsupported(f"{nsp}-d transposed convolution")
-    kernel = list(wt.shape[2:])
     strides, dilations, groups = _spatial_params(node, nsp)
     pad_type = node.str("pad_type", "valid") if node.has("pad_type") else "valid"
     if pad_type not in ("valid", "custom", "same", "same_lower"):
