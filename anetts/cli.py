@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-voice-bytes", type=int, default=SV.MAX_VOICE_BYTES,
                     help=f"bytes of the whole voice store (default {SV.MAX_VOICE_BYTES >> 20} MiB)")
     sv.add_argument("--prefix-cache-mb", type=int, default=None, metavar="MB",
-                    help="Fish: MiB per worker of prefilled voice prompts (a cloned voice's system turn prefilled "
+                    help="Fish: MiB of prefilled voice prompts, shared by the workers (a cloned voice's system turn prefilled "
                          f"once, at registration or start, not in every request; 0: none kept; default "
                          f"{PREFIX_CACHE_MB}: a snapshot of S2 Pro is 144 MiB on Core ML or mil, 288 MiB on torch)")
     sv.add_argument("-v", "--verbose", action="store_true", help="log more")

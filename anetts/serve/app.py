@@ -64,15 +64,21 @@ def _quiet_stream_cuts() -> None:
         logger.addFilter(_QuietStreamCut())
 
 
-def _set_prefix_cache(instances: list, mb: int, model_id: str) -> None:
-    for inst in instances:
-        if not hasattr(inst, "set_prefix_cache_mb"):
-            raise TTSError(f"--prefix-cache-mb: not an option of {model_id} ({inst.family}); only Fish builds keep "
+def _share_prefix_cache(instances: list, mb: int | None, model_id: str) -> None:
+    """One cache of prefilled voice prompts for every worker (`mb`: its cap; None: the runtime's default)."""
+    first = instances[0]
+    if not hasattr(first, "share_prefix_cache"):
+        if mb is not None:
+            raise TTSError(f"--prefix-cache-mb: not an option of {model_id} ({first.family}); only Fish builds keep "
                            "prefilled voice prompts")
+        return
+    if mb is not None:
         try:
-            inst.set_prefix_cache_mb(mb)
+            first.set_prefix_cache_mb(mb)
         except InputError as e:
             raise TTSError(f"--prefix-cache-mb: {e}") from None
+    for inst in instances[1:]:
+        inst.share_prefix_cache(first.prefix_cache)
 
 
 def _page() -> str:
@@ -88,8 +94,7 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
                      for _ in range(config.workers)]
     first = instances[0]
     model_id = first.artifacts.manifest.get("model") or Path(config.model_dir).name
-    if config.prefix_cache_mb is not None:
-        _set_prefix_cache(instances, config.prefix_cache_mb, model_id)
+    _share_prefix_cache(instances, config.prefix_cache_mb, model_id)
     store = VoiceStore(config.voice_dir, max_per_owner=config.max_voices, max_bytes=config.max_voice_bytes)
     speaker = Speaker(model_id, first, options={"max_frames": config.max_frames}, store=store)
     if first.capabilities.cloning:
@@ -100,9 +105,8 @@ def create_app(config: ServeConfig, instances: list | None = None) -> FastAPI:
             log.warning("cloned voices are kept in memory only (no --voice-dir): they are gone when the server stops")
     if not config.api_keys:
         log.warning("no API keys: a single-user server; every client sees, uses and deletes every cloned voice")
-    if first.capabilities.cloning and len(store):
-        for inst in instances:
-            log.info("prefilled the prompts of %d of %d stored voices", speaker.prepare_voices(inst), len(store))
+    if first.capabilities.cloning and len(store):  # into the cache every worker shares
+        log.info("prefilled the prompts of %d of %d stored voices", speaker.prepare_voices(first), len(store))
     pool = ModelPool(instances, config.queue, config.timeout)
     for inst in instances:  # the G2P and the smallest buckets, timed: the pool's first speed estimate
         pool.calibrate(speaker.warmup(inst))

@@ -42,4 +42,4 @@ class ServeConfig:
     voice_dir: Path | None = None  # where cloned voices are kept (anetts.serve.voices); None: in memory
     max_voices: int = MAX_VOICES
     max_voice_bytes: int = MAX_VOICE_BYTES
-    prefix_cache_mb: int | None = None  # Fish: MiB of prefilled voice prompts per worker; None: the runtime's default
+    prefix_cache_mb: int | None = None  # Fish: MiB of prefilled voice prompts, the workers' one cache; None: the runtime's default

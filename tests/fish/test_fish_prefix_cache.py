@@ -167,6 +167,25 @@ def test_the_server_prefills_stored_voices_at_start_and_new_ones_when_made(runti
     tts.set_prefix_cache_mb(0)
 
 
+def test_the_workers_share_one_cache_so_a_voice_made_on_one_starts_the_others(runtimes, model_dir, reference_clip):
+    """Each worker kept a cache of its own: a voice registered on one was prefilled again by every other."""
+    import anetts
+    from anetts.models.fish import codec as C
+    from anetts.serve import ServeConfig
+    from anetts.serve.app import create_app
+
+    first, other = runtimes["torch"], anetts.load(model_dir, backend="torch", threads=1)
+    first.set_prefix_cache_mb(0)
+    app = create_app(ServeConfig(model_dir, max_frames=4, prefix_cache_mb=64, workers=2), instances=[first, other])
+    assert other.prefix_cache is first.prefix_cache and first.prefix_cache.max_bytes == 64 << 20
+    made = app.state.speaker.register(first, "mine", "A reference clip of mine.", reference_clip[1], C.SAMPLE_RATE)
+    on_other = _speak(other, made.reference)  # the other worker's programs restore the first one's snapshot
+    assert on_other.timings["prefill_cached_rows"] == _boundary(other, made.reference)
+    first.set_prefix_cache_mb(0)  # the one cache: off for both
+    whole = _speak(other, made.reference)
+    assert whole.timings["prefill_cached_rows"] == 0 and np.array_equal(on_other.codes, whole.codes)
+
+
 def test_the_cli_refuses_a_negative_cap_naming_it(capsys):
     from anetts.cli import main
 

@@ -325,3 +325,13 @@ def test_a_server_option_the_model_does_not_take_is_refused_at_start(tts):
     with pytest.raises(TTSError, match="--max-frames: not an option of kokoro-tiny"):
         Speaker("kokoro-tiny", tts, options={"max_frames": 6})
     assert Speaker("kokoro-tiny", tts, options={"max_frames": None}).voices() == tts.voices
+
+
+def test_a_prefix_cache_cap_is_refused_for_a_build_that_keeps_none(tts, model_dir):
+    from anetts.runtime.errors import TTSError
+    from anetts.serve import ServeConfig
+    from anetts.serve.app import create_app
+
+    with pytest.raises(TTSError, match=r"--prefix-cache-mb: not an option of kokoro-tiny \(kokoro\)"):
+        create_app(ServeConfig(model_dir, prefix_cache_mb=64), instances=[tts])
+    create_app(ServeConfig(model_dir), instances=[tts, tts])  # without the flag, nothing to share or refuse

@@ -6,7 +6,8 @@ The decoder snapshots the slow chunks' states (``Program.copy_state``) after the
 ends at B = floor(L / P) x P (L: the system turn's rows, P: the prefill block), under the sha256 of
 rows [:, :B] and P. A later prompt whose first B rows hash the same starts from copies of those
 states and prefills rows B..T only. The snapshots live in an LRU bounded by their bytes
-(``--prefix-cache-mb``; 0 keeps none); one cache per runtime, safe to use from several threads.
+(``--prefix-cache-mb``; 0 keeps none); one cache per runtime, or one a server's workers share; safe to use
+from several threads.
 """
 from __future__ import annotations
 

@@ -534,6 +534,12 @@ class FishRuntime:
         """A new cap (MiB) for the prefilled system turns kept; 0 keeps none."""
         self.prefix_cache.resize(mb)
 
+    def share_prefix_cache(self, cache: PrefixCache) -> None:
+        """Keep prefilled system turns in `cache`, another runtime's of the same build (a server's
+        workers): a turn prefilled by one starts every worker's prompts. A snapshot is only ever copied
+        (``Program.copy_state`` of the program that restores it), never run on, so any worker may."""
+        self.prefix_cache = self.decoder.prefix_cache = cache
+
     def prepare_voice(self, voice, *, evict: bool = True) -> bool:
         """Prefill a voice's system turn (its transcript and reference codes) now, so its requests start
         after it: True when it is cached (now or before), False when the cache cannot hold it (off, too
