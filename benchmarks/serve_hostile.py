@@ -26,6 +26,7 @@ import io
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -242,6 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--blend-terms", default="16,4000", help="blend sizes to time")
     ap.add_argument("-o", "--output", type=Path, default=None)
     args = ap.parse_args(argv)
+    # a kill (SIGTERM) unwinds like Ctrl-C, so each `with Server` stops the server it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
            "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
