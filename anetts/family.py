@@ -1,9 +1,10 @@
 """What a model family declares, without importing torch or any upstream package.
 
 The Snakefile reads only this (stage names, bucket naming, source files per stage, upstream
-packages whose versions are rule params, licence; the Hub's licence data for publishing), so parsing the workflow stays cheap and a
-family's heavy code is imported by the jobs that run it. The implementation (stage wrappers,
-weights, reference) lives in the module named by `implementation` and is built on `anetts.stage`.
+packages whose versions are rule params, licence, the Hub's licence data), so parsing the workflow
+stays cheap and a family's heavy code is imported by the jobs that run it. The implementation
+(stage wrappers, weights, reference) lives in the module named by `implementation` and is built on
+`anetts.stage`.
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ voicing disagreement, and the mean log-mel distance.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import unicodedata
 from dataclasses import dataclass
@@ -76,7 +77,13 @@ def features(listener: Listener, audio: np.ndarray, sample_rate: int, language: 
 
 _HIRAGANA = {c: c + 0x60 for c in range(0x3041, 0x3097)}  # hiragana -> katakana, one code point apart
 _TAGGER_LOCK = threading.Lock()  # a MeCab tagger is not safe across threads
-_taggers: list = []
+
+
+@functools.cache
+def _tagger():
+    from fugashi import Tagger
+
+    return Tagger()
 
 
 def reading(text: str) -> str:
@@ -85,12 +92,8 @@ def reading(text: str) -> str:
     listener hears no difference. The tagger is fugashi's default over unidic-lite, the one Kokoro's
     Japanese G2P reads with (misaki's cutlet)."""
     require("fugashi", "unidic_lite")
-    with _TAGGER_LOCK:
-        if not _taggers:
-            from fugashi import Tagger
-
-            _taggers.append(Tagger())
-        words = [(w.surface, w.feature.pron, w.feature.kana) for w in _taggers[0](text)]
+    with _TAGGER_LOCK:  # made and used under it
+        words = [(w.surface, w.feature.pron, w.feature.kana) for w in _tagger()(text)]
     return "".join(next((r for r in (pron, kana) if r and r != "*"), surface)
                    for surface, pron, kana in words).translate(_HIRAGANA)
 
