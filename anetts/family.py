@@ -120,6 +120,7 @@ class FamilyDecl:
     # manifest's ANE-eligible share (anetts.compile.ane_share): f(stage, geometry) -> seconds;
     # torch-free. None: the share is not defined for the family.
     audio_seconds: str | None = None
+    audio_seconds_code: tuple[str, ...] = ()
     # the licence data a Hub repo of the family's builds carries; None: its builds are not published
     hub: HubCard | None = None
 
@@ -145,6 +146,9 @@ class FamilyDecl:
 
     def listen_paths(self) -> list[Path]:
         return [_PKG / s for s in self.listen_code]
+
+    def audio_seconds_paths(self) -> list[Path]:
+        return [_PKG / s for s in self.audio_seconds_code]
 
     def frame_cost_paths(self) -> list[Path]:
         return [_PKG / s for s in self.frame_cost_code]

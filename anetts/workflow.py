@@ -306,9 +306,8 @@ class WorkflowConfig:
 
     def manifest_code(self, model: str) -> list[str]:
         """The manifest's writer, the ANE-eligible share it records and the family's seconds-per-bucket hook."""
-        decl = self.decl(model)
-        hook = [_PKG.parent / (decl.audio_seconds.partition(":")[0].replace(".", "/") + ".py")] if decl.audio_seconds else []
-        return self._rel([_PKG / "compile" / "manifest.py", _PKG / "compile" / "ane_share.py", *hook])
+        return self._rel([_PKG / "compile" / "manifest.py", _PKG / "compile" / "ane_share.py",
+                          *self.decl(model).audio_seconds_paths()])
 
     def report_code(self) -> list[str]:
         return self._rel([*sorted((_PKG / "report").glob("*.py")), _PKG / "bench.py"])

@@ -46,6 +46,7 @@ DECLARATION = FamilyDecl(
     audio=("generator", "waveform", 24000),
     # seconds of audio per bucket, for the manifest's ANE-eligible share
     audio_seconds="anetts.models.kokoro.share:audio_seconds",
+    audio_seconds_code=(f"{_K}/share.py", f"{_K}/dsp.py", f"{_K}/runtime.py"),
     # the runtime end to end over the compiled packages vs upstream KModel (rule end_to_end)
     end_to_end_code=(f"{_K}/end_to_end.py", f"{_K}/runtime.py", f"{_K}/text.py", f"{_K}/dsp.py", f"{_K}/fold.py",
                      f"{_K}/weights.py"),
